@@ -1,0 +1,104 @@
+#include "common/test_data.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+namespace skippy::testing {
+
+std::optional<std::string> test_data_root() {
+    const char * env = std::getenv("SKIPPY_TEST_DATA");
+    std::string root = (env && *env) ? env : SKIPPY_DEFAULT_TEST_DATA;
+    std::error_code ec;
+    if (!std::filesystem::is_directory(root, ec)) return std::nullopt;
+    return root;
+}
+
+std::optional<std::string> test_data_file(const std::string & relative) {
+    auto root = test_data_root();
+    if (!root) return std::nullopt;
+    std::filesystem::path p = std::filesystem::path(*root) / relative;
+    std::error_code ec;
+    if (!std::filesystem::exists(p, ec)) return std::nullopt;
+    return p.string();
+}
+
+bool running_in_ci() {
+    const char * ci = std::getenv("CI");
+    if (!ci || !*ci) return false;
+    std::string v = ci;
+    return v != "0" && v != "false";
+}
+
+std::string skippy_binary_path() {
+    const char * env = std::getenv("SKIPPY_BINARY");
+    if (env && *env) return env;
+    return std::string(SKIPPY_BINARY_DIR) + "/src/cli/skippy";
+}
+
+}  // namespace skippy::testing
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+namespace skippy::testing {
+
+command_result run_command(const std::vector<std::string> & argv, int timeout_s) {
+    command_result r;
+    int out_pipe[2], err_pipe[2];
+    if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) return r;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(out_pipe[1], 1);
+        dup2(err_pipe[1], 2);
+        std::vector<char *> args;
+        for (const auto & a : argv) args.push_back(const_cast<char *>(a.c_str()));
+        args.push_back(nullptr);
+        execv(args[0], args.data());
+        _exit(127);
+    }
+    close(out_pipe[1]);
+    close(err_pipe[1]);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+    int open_fds = 2;
+    bool timed_out = false;
+    while (open_fds > 0) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+        if (left <= 0) { timed_out = true; break; }
+        if (poll(fds, 2, static_cast<int>(left)) <= 0) continue;
+        for (int i = 0; i < 2; ++i) {
+            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP))) continue;
+            char buf[65536];
+            ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+            if (n <= 0) { close(fds[i].fd); fds[i].fd = -1; --open_fds; continue; }
+            (i == 0 ? r.out : r.err).append(buf, static_cast<size_t>(n));
+        }
+    }
+    if (timed_out) kill(pid, SIGKILL);
+    for (auto & f : fds) if (f.fd >= 0) close(f.fd);
+    int wstatus = 0;
+    waitpid(pid, &wstatus, 0);
+    if (timed_out) r.exit_code = 124;
+    else if (WIFEXITED(wstatus)) r.exit_code = WEXITSTATUS(wstatus);
+    else if (WIFSIGNALED(wstatus)) r.exit_code = 128 + WTERMSIG(wstatus);
+    return r;
+}
+
+std::string make_temp_dir(const std::string & tag) {
+    std::string templ = std::string(SKIPPY_BINARY_DIR) + "/test-tmp";
+    std::filesystem::create_directories(templ);
+    templ += "/" + tag + "-XXXXXX";
+    std::vector<char> buf(templ.begin(), templ.end());
+    buf.push_back('\0');
+    char * dir = mkdtemp(buf.data());
+    return dir ? std::string(dir) : std::string();
+}
+
+}  // namespace skippy::testing

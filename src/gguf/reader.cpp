@@ -1,0 +1,290 @@
+#include "base/byte_io.h"
+#include "gguf/gguf.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+namespace skippy::gguf {
+namespace {
+
+constexpr uint8_t  k_magic[4] = {'G', 'G', 'U', 'F'};
+constexpr uint32_t k_max_dims = 4;           // ggml's GGML_MAX_DIMS
+constexpr int      k_max_array_depth = 3;    // nested arrays deeper than this are refused
+constexpr size_t   k_max_alignment = 1u << 20;
+
+// Smallest encoded size of one value of a type, used to bound counts by the bytes
+// left before anything is allocated.
+size_t min_encoded_bytes(value_type t) {
+    switch (t) {
+        case value_type::u8: case value_type::i8: case value_type::boolean: return 1;
+        case value_type::u16: case value_type::i16: return 2;
+        case value_type::u32: case value_type::i32: case value_type::f32: return 4;
+        case value_type::u64: case value_type::i64: case value_type::f64: return 8;
+        case value_type::string: return 8;
+        case value_type::array: return 12;
+    }
+    return 1;
+}
+
+bool known_value_type(uint32_t t) { return t <= static_cast<uint32_t>(value_type::f64); }
+
+class parser {
+public:
+    parser(std::span<const uint8_t> bytes, const open_options & opts) : r_(bytes), opts_(opts) {}
+
+    status truncated(const char * what) const {
+        return make_error(error_code::invalid_data,
+                          std::string("gguf: file truncated while reading ") + what + " (at byte " +
+                              std::to_string(r_.offset()) + ")");
+    }
+    status bad(std::string msg) const {
+        return make_error(error_code::invalid_data,
+                          "gguf: " + msg + " (at byte " + std::to_string(r_.offset()) + ")");
+    }
+
+    status read_string(std::string & out, const char * what) {
+        uint64_t len = 0;
+        if (!r_.get_u64(len)) return truncated(what);
+        if (len > r_.remaining()) return bad(std::string(what) + " length " + std::to_string(len) + " exceeds the file");
+        std::span<const uint8_t> bytes;
+        if (!r_.get_span(static_cast<size_t>(len), bytes)) return truncated(what);
+        out.assign(reinterpret_cast<const char *>(bytes.data()), bytes.size());
+        return status::ok();
+    }
+
+    status read_value(value_type t, value & out, int depth) {
+        switch (t) {
+            case value_type::u8:  { uint8_t v;  if (!r_.get_u8(v)) return truncated("u8 value"); out = value::make_int(t, v); break; }
+            case value_type::i8:  { uint8_t v;  if (!r_.get_u8(v)) return truncated("i8 value"); out = value::make_int(t, static_cast<int8_t>(v)); break; }
+            case value_type::u16: { uint16_t v; if (!r_.get_u16(v)) return truncated("u16 value"); out = value::make_int(t, v); break; }
+            case value_type::i16: { uint16_t v; if (!r_.get_u16(v)) return truncated("i16 value"); out = value::make_int(t, static_cast<int16_t>(v)); break; }
+            case value_type::u32: { uint32_t v; if (!r_.get_u32(v)) return truncated("u32 value"); out = value::make_int(t, v); break; }
+            case value_type::i32: { int32_t v;  if (!r_.get_i32(v)) return truncated("i32 value"); out = value::make_int(t, v); break; }
+            case value_type::u64: { uint64_t v; if (!r_.get_u64(v)) return truncated("u64 value"); out = value::make_u64(v); break; }
+            case value_type::i64: { int64_t v;  if (!r_.get_i64(v)) return truncated("i64 value"); out = value::make_int(t, v); break; }
+            case value_type::f32: { float v;    if (!r_.get_f32(v)) return truncated("f32 value"); out = value::make_f32(v); break; }
+            case value_type::f64: { double v;   if (!r_.get_f64(v)) return truncated("f64 value"); out = value::make_f64(v); break; }
+            case value_type::boolean: {
+                uint8_t v;
+                if (!r_.get_u8(v)) return truncated("bool value");
+                if (v > 1) return bad("bool value " + std::to_string(v) + " is neither 0 nor 1");
+                out = value::make_bool(v != 0);
+                break;
+            }
+            case value_type::string: {
+                std::string s;
+                SKIPPY_TRY(read_string(s, "string value"));
+                out = value::make_string(std::move(s));
+                break;
+            }
+            case value_type::array: {
+                if (depth >= k_max_array_depth) return bad("arrays nested too deeply");
+                uint32_t raw_elem = 0;
+                uint64_t count = 0;
+                if (!r_.get_u32(raw_elem)) return truncated("array element type");
+                if (!known_value_type(raw_elem)) return bad("unknown array element type " + std::to_string(raw_elem));
+                if (!r_.get_u64(count)) return truncated("array length");
+                const auto elem = static_cast<value_type>(raw_elem);
+                if (count > opts_.max_array_elements) return bad("array length " + std::to_string(count) + " over the limit");
+                if (count > r_.remaining() / min_encoded_bytes(elem)) {
+                    return bad("array length " + std::to_string(count) + " exceeds the file");
+                }
+                std::vector<value> elems(static_cast<size_t>(count));
+                for (auto & e : elems) SKIPPY_TRY(read_value(elem, e, depth + 1));
+                out = value::make_array(elem, std::move(elems));
+                break;
+            }
+        }
+        return status::ok();
+    }
+
+    byte_reader & reader() { return r_; }
+
+private:
+    byte_reader          r_;
+    const open_options & opts_;
+};
+
+}  // namespace
+
+file::~file() {
+    if (mapped_ && base_) munmap(const_cast<uint8_t *>(base_), size_);
+}
+
+result<std::unique_ptr<file>> file::open(const std::string & path, const open_options & opts) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        const int err = errno;
+        return make_error(err == ENOENT ? error_code::not_found : err == EACCES ? error_code::permission : error_code::io,
+                          "cannot open " + path + ": " + std::strerror(err));
+    }
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        ::close(fd);
+        return make_error(error_code::io, path + " is not a regular file");
+    }
+    auto f = std::unique_ptr<file>(new file());
+    f->path_ = path;
+    f->size_ = static_cast<size_t>(st.st_size);
+    if (f->size_ == 0) {
+        ::close(fd);
+        return make_error(error_code::invalid_data, "gguf: " + path + " is empty");
+    }
+    void * p = mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) return make_error(error_code::io, "cannot map " + path + ": " + std::strerror(errno));
+    f->base_ = static_cast<const uint8_t *>(p);
+    f->mapped_ = true;
+    status st_parse = f->parse(opts);
+    if (!st_parse.is_ok()) return st_parse.with_context(path);
+    return f;
+}
+
+result<std::unique_ptr<file>> file::from_bytes(std::span<const uint8_t> bytes, const open_options & opts) {
+    auto f = std::unique_ptr<file>(new file());
+    f->path_ = "<memory>";
+    f->owned_.assign(bytes.begin(), bytes.end());
+    f->base_ = f->owned_.data();
+    f->size_ = f->owned_.size();
+    SKIPPY_TRY(f->parse(opts));
+    return f;
+}
+
+status file::parse(const open_options & opts) {
+    parser p(std::span<const uint8_t>(base_, size_), opts);
+    byte_reader & r = p.reader();
+
+    std::span<const uint8_t> magic;
+    if (!r.get_span(4, magic)) return p.truncated("magic");
+    if (std::memcmp(magic.data(), k_magic, 4) != 0) return p.bad("bad magic (not a GGUF file)");
+    if (!r.get_u32(version_)) return p.truncated("version");
+    if (version_ != 2 && version_ != 3) {
+        return make_error(error_code::unsupported, "gguf: version " + std::to_string(version_) + " unsupported (2 and 3 are)");
+    }
+    uint64_t n_tensors = 0, n_kv = 0;
+    if (!r.get_u64(n_tensors)) return p.truncated("tensor count");
+    if (!r.get_u64(n_kv)) return p.truncated("metadata count");
+    // Each key/value takes at least 8 (key length) + 4 (type) + 1 bytes; each tensor
+    // info at least 8 + 4 + 8 + 4 + 8. Counts beyond what the file can hold are lies.
+    if (n_kv > r.remaining() / 13) return p.bad("metadata count " + std::to_string(n_kv) + " exceeds the file");
+    if (n_tensors > r.remaining() / 32) return p.bad("tensor count " + std::to_string(n_tensors) + " exceeds the file");
+
+    metadata_.reserve(static_cast<size_t>(n_kv));
+    for (uint64_t i = 0; i < n_kv; ++i) {
+        std::string key;
+        SKIPPY_TRY(p.read_string(key, "metadata key"));
+        if (key.empty()) return p.bad("empty metadata key");
+        uint32_t raw_type = 0;
+        if (!r.get_u32(raw_type)) return p.truncated("metadata type");
+        if (!known_value_type(raw_type)) return p.bad("metadata '" + key + "' has unknown type " + std::to_string(raw_type));
+        value v;
+        SKIPPY_TRY(p.read_value(static_cast<value_type>(raw_type), v, 0).with_context("metadata '" + key + "'"));
+        if (metadata_index_.count(key)) return p.bad("duplicate metadata key '" + key + "'");
+        metadata_index_.emplace(key, metadata_.size());
+        metadata_.emplace_back(std::move(key), std::move(v));
+    }
+
+    if (const value * a = find("general.alignment")) {
+        auto al = a->as_int(1, static_cast<int64_t>(k_max_alignment));
+        if (!al || (*al & (*al - 1)) != 0) return p.bad("general.alignment must be a power of two integer up to 2^20");
+        alignment_ = static_cast<size_t>(*al);
+    }
+
+    tensors_.reserve(static_cast<size_t>(n_tensors));
+    for (uint64_t i = 0; i < n_tensors; ++i) {
+        tensor_info t;
+        SKIPPY_TRY(p.read_string(t.name, "tensor name"));
+        uint32_t n_dims = 0;
+        if (!r.get_u32(n_dims)) return p.truncated("tensor dimension count");
+        if (n_dims == 0 || n_dims > k_max_dims) {
+            return p.bad("tensor '" + t.name + "' has " + std::to_string(n_dims) + " dimensions (1 to 4 allowed)");
+        }
+        int64_t n_elems = 1;
+        for (uint32_t d = 0; d < n_dims; ++d) {
+            uint64_t dim = 0;
+            if (!r.get_u64(dim)) return p.truncated("tensor dimension");
+            if (dim == 0 || dim > static_cast<uint64_t>(INT64_MAX) ||
+                static_cast<int64_t>(dim) > INT64_MAX / n_elems) {
+                return p.bad("tensor '" + t.name + "' has an invalid dimension " + std::to_string(dim));
+            }
+            n_elems *= static_cast<int64_t>(dim);
+            t.dims.push_back(static_cast<int64_t>(dim));
+        }
+        uint32_t raw_type = 0;
+        if (!r.get_u32(raw_type)) return p.truncated("tensor type");
+        auto traits = get_tensor_type_traits(raw_type);
+        if (!traits) return p.bad("tensor '" + t.name + "' has unknown type " + std::to_string(raw_type));
+        t.type = static_cast<tensor_type>(raw_type);
+        if (t.dims[0] % traits->block_elems != 0) {
+            return p.bad("tensor '" + t.name + "' row length " + std::to_string(t.dims[0]) +
+                         " is not a multiple of the " + std::string(traits->name) + " block size");
+        }
+        const uint64_t n_blocks = static_cast<uint64_t>(n_elems / traits->block_elems);
+        if (n_blocks > static_cast<uint64_t>(SIZE_MAX) / traits->block_bytes) return p.bad("tensor '" + t.name + "' is too large");
+        t.n_bytes = static_cast<size_t>(n_blocks) * traits->block_bytes;
+        if (!r.get_u64(t.offset)) return p.truncated("tensor offset");
+        if (t.offset % alignment_ != 0) {
+            return p.bad("tensor '" + t.name + "' offset " + std::to_string(t.offset) + " is not aligned to " +
+                         std::to_string(alignment_));
+        }
+        if (tensor_index_.count(t.name)) return p.bad("duplicate tensor name '" + t.name + "'");
+        tensor_index_.emplace(t.name, tensors_.size());
+        tensors_.push_back(std::move(t));
+    }
+
+    const size_t infos_end = r.offset();
+    data_offset_ = (infos_end + alignment_ - 1) / alignment_ * alignment_;
+    if (!tensors_.empty()) {
+        if (data_offset_ > size_) return p.bad("data section starts past the end of the file");
+        const uint64_t data_bytes = size_ - data_offset_;
+        for (auto & t : tensors_) {
+            if (t.offset > data_bytes || t.n_bytes > data_bytes - t.offset) {
+                return make_error(error_code::invalid_data,
+                                  "gguf: tensor '" + t.name + "' data [" + std::to_string(t.offset) + ", +" +
+                                      std::to_string(t.n_bytes) + ") lies outside the data section of " +
+                                      std::to_string(data_bytes) + " bytes");
+            }
+            t.data = base_ + data_offset_ + t.offset;
+        }
+    }
+    return status::ok();
+}
+
+const value * file::find(std::string_view key) const {
+    auto it = metadata_index_.find(key);
+    return it == metadata_index_.end() ? nullptr : &metadata_[it->second].second;
+}
+
+std::optional<std::string> file::get_string(std::string_view key) const {
+    const value * v = find(key);
+    if (!v || !v->as_string()) return std::nullopt;
+    return *v->as_string();
+}
+
+std::optional<int64_t> file::get_int(std::string_view key) const {
+    const value * v = find(key);
+    return v ? v->as_int() : std::nullopt;
+}
+
+std::optional<double> file::get_float(std::string_view key) const {
+    const value * v = find(key);
+    return v ? v->as_float() : std::nullopt;
+}
+
+std::optional<bool> file::get_bool(std::string_view key) const {
+    const value * v = find(key);
+    return v ? v->as_bool() : std::nullopt;
+}
+
+const tensor_info * file::find_tensor(std::string_view name) const {
+    auto it = tensor_index_.find(name);
+    return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
+}
+
+}  // namespace skippy::gguf

@@ -1,0 +1,223 @@
+// Malformed GGUF images: every one must be refused with a status, never a crash, an
+// assertion or an allocation sized by a lying count (run these under ASan).
+#include "base/byte_io.h"
+#include "gguf/gguf.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace skippy::gguf {
+namespace {
+
+std::vector<uint8_t> valid_image() {
+    writer w;
+    w.set("general.architecture", value::make_string("llama"));
+    w.set("tokens", value::make_string_array({"<unk>", "a", "b"}));
+    w.set("scores", value::make_f32_array({0.f, -1.f, -2.f}));
+    std::vector<uint8_t> data(8 * 4, 0);
+    w.add_tensor("w", {8}, tensor_type::f32, data);
+    w.add_tensor("q", {32, 2}, tensor_type::q8_0, std::vector<uint8_t>(2 * 34, 0));
+    return w.to_bytes();
+}
+
+// Hand-encodes a header with arbitrary (possibly absurd) fields.
+struct image {
+    std::vector<uint8_t> bytes;
+    byte_writer          w{bytes};
+    image(uint32_t version, uint64_t n_tensors, uint64_t n_kv) {
+        w.put_bytes("GGUF", 4);
+        w.put_u32(version);
+        w.put_u64(n_tensors);
+        w.put_u64(n_kv);
+    }
+    void str(const std::string & s) { w.put_u64(s.size()); w.put_bytes(s.data(), s.size()); }
+    void kv_u32(const std::string & key, uint32_t v) { str(key); w.put_u32(4); w.put_u32(v); }
+    void tensor(const std::string & name, std::vector<uint64_t> dims, uint32_t type, uint64_t offset) {
+        str(name);
+        w.put_u32(static_cast<uint32_t>(dims.size()));
+        for (auto d : dims) w.put_u64(d);
+        w.put_u32(type);
+        w.put_u64(offset);
+    }
+    void pad_to(size_t alignment) { w.put_zeros((alignment - bytes.size() % alignment) % alignment); }
+};
+
+status parse(const std::vector<uint8_t> & bytes) {
+    auto f = file::from_bytes(bytes);
+    return f.is_ok() ? status::ok() : f.error();
+}
+
+TEST(gguf_malformed, ValidImageParses) { EXPECT_TRUE(parse(valid_image()).is_ok()); }
+
+TEST(gguf_malformed, EveryTruncationBeforeTheLastTensorByteIsRefused) {
+    const auto full = valid_image();
+    auto f = file::from_bytes(full);
+    ASSERT_TRUE(f.is_ok());
+    size_t needed = 0;
+    for (const auto & t : (*f)->tensors()) needed = std::max<size_t>(needed, (*f)->data_offset() + t.offset + t.n_bytes);
+    for (size_t len = 0; len < needed; ++len) {
+        std::vector<uint8_t> cut(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(len));
+        status st = parse(cut);
+        EXPECT_FALSE(st.is_ok()) << "truncated at " << len << " bytes was accepted";
+        EXPECT_FALSE(st.message().empty());
+    }
+}
+
+TEST(gguf_malformed, BadMagicIsRefused) {
+    auto bytes = valid_image();
+    bytes[0] = 'X';
+    status st = parse(bytes);
+    EXPECT_EQ(st.code(), error_code::invalid_data);
+    EXPECT_NE(st.message().find("magic"), std::string::npos);
+}
+
+TEST(gguf_malformed, UnsupportedVersionsAreRefused) {
+    for (uint32_t v : {0u, 1u, 4u, 0xffffffffu}) {
+        image im(v, 0, 0);
+        status st = parse(im.bytes);
+        EXPECT_EQ(st.code(), error_code::unsupported) << v;
+        EXPECT_NE(st.message().find("version"), std::string::npos);
+    }
+    for (uint32_t v : {2u, 3u}) EXPECT_TRUE(parse(image(v, 0, 0).bytes).is_ok()) << v;
+}
+
+TEST(gguf_malformed, AbsurdCountsAreRefusedBeforeAllocating) {
+    EXPECT_FALSE(parse(image(3, 0, uint64_t(1) << 62).bytes).is_ok());
+    EXPECT_FALSE(parse(image(3, uint64_t(1) << 62, 0).bytes).is_ok());
+    EXPECT_FALSE(parse(image(3, ~uint64_t(0), ~uint64_t(0)).bytes).is_ok());
+}
+
+TEST(gguf_malformed, HugeStringLengthIsRefused) {
+    image im(3, 0, 1);
+    im.w.put_u64(~uint64_t(0));  // key length
+    im.w.put_bytes("abc", 3);
+    EXPECT_FALSE(parse(im.bytes).is_ok());
+}
+
+TEST(gguf_malformed, HugeArrayLengthIsRefused) {
+    for (uint32_t elem : {0u, 6u, 8u, 9u}) {
+        image im(3, 0, 1);
+        im.str("arr");
+        im.w.put_u32(9);
+        im.w.put_u32(elem);
+        im.w.put_u64(uint64_t(1) << 60);
+        im.w.put_zeros(64);
+        EXPECT_FALSE(parse(im.bytes).is_ok()) << elem;
+    }
+}
+
+TEST(gguf_malformed, UnknownValueTypesAreRefused) {
+    image im(3, 0, 1);
+    im.str("k");
+    im.w.put_u32(13);
+    im.w.put_u32(0);
+    EXPECT_FALSE(parse(im.bytes).is_ok());
+    image im2(3, 0, 1);
+    im2.str("k");
+    im2.w.put_u32(9);
+    im2.w.put_u32(99);  // array of an unknown type
+    im2.w.put_u64(1);
+    im2.w.put_u32(0);
+    EXPECT_FALSE(parse(im2.bytes).is_ok());
+}
+
+TEST(gguf_malformed, BoolOtherThanZeroOrOneIsRefused) {
+    image im(3, 0, 1);
+    im.str("b");
+    im.w.put_u32(7);
+    im.w.put_u8(2);
+    EXPECT_FALSE(parse(im.bytes).is_ok());
+}
+
+TEST(gguf_malformed, DeeplyNestedArraysAreRefused) {
+    image im(3, 0, 1);
+    im.str("deep");
+    im.w.put_u32(9);
+    for (int i = 0; i < 64; ++i) { im.w.put_u32(9); im.w.put_u64(1); }
+    im.w.put_u32(4);
+    im.w.put_u64(1);
+    im.w.put_u32(0);
+    EXPECT_FALSE(parse(im.bytes).is_ok());
+}
+
+TEST(gguf_malformed, DuplicateKeysAndTensorsAreRefused) {
+    image im(3, 0, 2);
+    im.kv_u32("a", 1);
+    im.kv_u32("a", 2);
+    EXPECT_FALSE(parse(im.bytes).is_ok());
+
+    image t(3, 2, 0);
+    t.tensor("x", {4}, 0, 0);
+    t.tensor("x", {4}, 0, 32);
+    t.pad_to(32);
+    t.w.put_zeros(64);
+    EXPECT_FALSE(parse(t.bytes).is_ok());
+}
+
+TEST(gguf_malformed, BadAlignmentIsRefused) {
+    for (uint32_t al : {0u, 3u, 48u, 1u << 30}) {
+        image im(3, 0, 1);
+        im.kv_u32("general.alignment", al);
+        EXPECT_FALSE(parse(im.bytes).is_ok()) << al;
+    }
+}
+
+struct tensor_case {
+    const char *          what;
+    std::vector<uint64_t> dims;
+    uint32_t              type;
+    uint64_t              offset;
+};
+
+TEST(gguf_malformed, BadTensorInfosAreRefused) {
+    const std::vector<tensor_case> cases = {
+        {"no dimensions", {}, 0, 0},
+        {"five dimensions", {1, 1, 1, 1, 1}, 0, 0},
+        {"zero dimension", {4, 0}, 0, 0},
+        {"element count overflow", {uint64_t(1) << 40, uint64_t(1) << 40}, 0, 0},
+        {"dimension above int64", {~uint64_t(0)}, 0, 0},
+        {"unknown type", {4}, 77, 0},
+        {"row not a block multiple", {33}, 8, 0},
+        {"misaligned offset", {4}, 0, 4},
+        {"data out of bounds", {4}, 0, 64},
+        {"offset overflow", {4}, 0, ~uint64_t(0) - 31},
+        {"size beyond file", {uint64_t(1) << 40}, 0, 0},
+    };
+    for (const auto & c : cases) {
+        image im(3, 1, 0);
+        im.tensor("t", c.dims, c.type, c.offset);
+        im.pad_to(32);
+        im.w.put_zeros(32);  // 32 bytes of data section
+        status st = parse(im.bytes);
+        EXPECT_EQ(st.code(), error_code::invalid_data) << c.what;
+        EXPECT_NE(st.message().find("'t'"), std::string::npos) << c.what << ": " << st.message();
+    }
+}
+
+TEST(gguf_malformed, DataSectionPastEndOfFileIsRefused) {
+    image im(3, 1, 0);
+    im.tensor("t", {1}, 0, 0);  // infos end unaligned; no padding, no data
+    EXPECT_FALSE(parse(im.bytes).is_ok());
+}
+
+TEST(gguf_malformed, RandomByteFlipsNeverCrash) {
+    const auto full = valid_image();
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    for (int iter = 0; iter < 3000; ++iter) {
+        auto bytes = full;
+        for (int k = 0; k < 3; ++k) {
+            rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+            bytes[rng % bytes.size()] ^= static_cast<uint8_t>(rng >> 32) | 1;
+        }
+        auto f = file::from_bytes(bytes);
+        if (f.is_ok()) {
+            for (const auto & t : (*f)->tensors()) {
+                ASSERT_LE(t.data + t.n_bytes, (*f)->tensors()[0].data - (*f)->tensors()[0].offset + (bytes.size() - (*f)->data_offset()));
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace skippy::gguf

@@ -1,0 +1,72 @@
+// Per-type kernel table: how each weight type converts, quantizes and multiplies
+// (internal to kernels; tests may use it).
+//
+// Every implementation (scalar reference now, AVX2 later) provides one table of
+// type_kernels, indexed by tensor_type. matmul, dequantize_row and quantize_row look
+// the functions up in the table of the active implementation, chosen once per
+// process. A fast path plugs in by starting from the scalar table and replacing the
+// entries it accelerates (see kernel_table()).
+//
+// Rows are raw bytes in the block layouts of blocks.h. An "activation row" is an f32
+// row converted once, per token, into the weight type's vec_dot_type; every weight
+// row is then dotted with it.
+#pragma once
+
+#include "base/tensor_type.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace skippy::kernels {
+
+// Decodes n values. REQUIRES: n % block_elems == 0.
+using to_float_fn = void (*)(const uint8_t * src, float * dst, int64_t n);
+
+// Encodes n values into row_bytes(type, n) bytes. REQUIRES: n % block_elems == 0.
+using from_float_fn = void (*)(const float * src, uint8_t * dst, int64_t n);
+
+// Dot product of one weight row with one activation row (in the type's vec_dot_type),
+// both of n values. Pure function of its inputs: the same bytes give the same bits.
+using vec_dot_fn = float (*)(const uint8_t * w_row, const uint8_t * x_row, int64_t n);
+
+// A tile of a matrix product, for rows r < n_rows and tokens t < n_tokens:
+//   y[t * y_stride + r] = vec_dot(w + r * w_row_bytes, xq + t * xq_row_bytes, n)
+// PROMISES: every output is bitwise equal to that vec_dot call (batch invariance), so
+// a fast tile may reuse weight blocks across tokens but never change the arithmetic.
+using mul_tile_fn = void (*)(const uint8_t * w, size_t w_row_bytes, int64_t n_rows,
+                             const uint8_t * xq, size_t xq_row_bytes, int64_t n_tokens,
+                             int64_t n, float * y, int64_t y_stride);
+
+struct type_kernels {
+    tensor_type type = tensor_type::f32;
+    // Format activations are converted to before vec_dot (F32, F16, BF16, Q8_0, Q8_K).
+    tensor_type vec_dot_type = tensor_type::f32;
+    // Dequantization.
+    to_float_fn to_float = nullptr;
+    // Weight encoding (quantize_row): deterministic, as make-model writes files.
+    from_float_fn from_float = nullptr;
+    // Activation encoding, set on the types that serve as a vec_dot_type. It may round
+    // differently from from_float (Q8_0: ties to even with 127/amax, as llama.cpp's
+    // x86 path does, vs ggml's reference weight quantizer).
+    from_float_fn from_float_activation = nullptr;
+    // Null for activation-only types (Q8_K).
+    vec_dot_fn vec_dot = nullptr;
+    // Optional; null means matmul loops over vec_dot.
+    mul_tile_fn mul_tile = nullptr;
+};
+
+enum class implementation { scalar, avx2 };
+
+// Kernels of type t in the given implementation, or null when t has none there.
+// The scalar table covers F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K (weights) and Q8_K
+// (activations only).
+const type_kernels * kernel_table(implementation impl, tensor_type t);
+
+// The implementation in use, chosen once per process (SKIPPY_KERNELS=scalar forces
+// the reference path).
+implementation active_impl();
+
+// kernel_table(active_impl(), t).
+const type_kernels * active_kernels(tensor_type t);
+
+}  // namespace skippy::kernels

@@ -1,0 +1,154 @@
+#include "tokenizer/unicode.h"
+
+#include "tokenizer/tokenizer.h"
+
+#include <array>
+
+namespace skippy::tokenizer_detail {
+
+size_t utf8_lead_length(uint8_t lead) {
+    static constexpr uint8_t k_length_by_high_nibble[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    return k_length_by_high_nibble[lead >> 4];
+}
+
+size_t decode_utf8(std::string_view text, size_t pos, uint32_t & cpt) {
+    const size_t remaining = text.size() - pos;
+    const auto byte = [&](size_t i) { return static_cast<uint8_t>(text[pos + i]); };
+    const auto is_cont = [&](size_t i) { return (byte(i) & 0xC0u) == 0x80u; };
+    const uint8_t b0 = byte(0);
+    if (b0 < 0x80) {
+        cpt = b0;
+        return 1;
+    }
+    // The second byte's allowed range depends on the lead (Unicode Table 3-7): this is
+    // what rules out overlongs (E0 80.., F0 80..), surrogates (ED A0..) and > U+10FFFF.
+    if (b0 >= 0xC2 && b0 <= 0xDF) {
+        if (remaining < 2 || !is_cont(1)) return 0;
+        cpt = (uint32_t(b0 & 0x1F) << 6) | (byte(1) & 0x3F);
+        return 2;
+    }
+    if (b0 >= 0xE0 && b0 <= 0xEF) {
+        if (remaining < 3 || !is_cont(1) || !is_cont(2)) return 0;
+        const uint8_t b1 = byte(1);
+        if (b0 == 0xE0 && b1 < 0xA0) return 0;  // overlong
+        if (b0 == 0xED && b1 > 0x9F) return 0;  // surrogate
+        cpt = (uint32_t(b0 & 0x0F) << 12) | (uint32_t(b1 & 0x3F) << 6) | (byte(2) & 0x3F);
+        return 3;
+    }
+    if (b0 >= 0xF0 && b0 <= 0xF4) {
+        if (remaining < 4 || !is_cont(1) || !is_cont(2) || !is_cont(3)) return 0;
+        const uint8_t b1 = byte(1);
+        if (b0 == 0xF0 && b1 < 0x90) return 0;  // overlong
+        if (b0 == 0xF4 && b1 > 0x8F) return 0;  // above U+10FFFF
+        cpt = (uint32_t(b0 & 0x07) << 18) | (uint32_t(b1 & 0x3F) << 12) | (uint32_t(byte(2) & 0x3F) << 6) |
+              (byte(3) & 0x3F);
+        return 4;
+    }
+    return 0;  // continuation byte, C0/C1 (always overlong) or F5..FF
+}
+
+void append_utf8(std::string & out, uint32_t cpt) {
+    if (cpt < 0x80) {
+        out.push_back(static_cast<char>(cpt));
+    } else if (cpt < 0x800) {
+        out.push_back(static_cast<char>(0xC0 | (cpt >> 6)));
+        out.push_back(static_cast<char>(0x80 | (cpt & 0x3F)));
+    } else if (cpt < 0x10000) {
+        out.push_back(static_cast<char>(0xE0 | (cpt >> 12)));
+        out.push_back(static_cast<char>(0x80 | ((cpt >> 6) & 0x3F)));
+        out.push_back(static_cast<char>(0x80 | (cpt & 0x3F)));
+    } else {
+        out.push_back(static_cast<char>(0xF0 | (cpt >> 18)));
+        out.push_back(static_cast<char>(0x80 | ((cpt >> 12) & 0x3F)));
+        out.push_back(static_cast<char>(0x80 | ((cpt >> 6) & 0x3F)));
+        out.push_back(static_cast<char>(0x80 | (cpt & 0x3F)));
+    }
+}
+
+bool is_valid_utf8(std::string_view text) {
+    uint32_t cpt = 0;
+    for (size_t pos = 0; pos < text.size();) {
+        const size_t n = decode_utf8(text, pos, cpt);
+        if (n == 0) return false;
+        pos += n;
+    }
+    return true;
+}
+
+namespace {
+
+struct gpt2_alphabet {
+    std::array<std::string, 256> utf8_by_byte;
+    std::array<int16_t, 324>     byte_by_cpt;  // every alphabet code point is < 256 + 68
+
+    gpt2_alphabet() {
+        byte_by_cpt.fill(-1);
+        uint32_t n_shifted = 0;
+        for (uint32_t b = 0; b < 256; ++b) {
+            const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+            const uint32_t cpt = printable ? b : 256 + n_shifted++;
+            append_utf8(utf8_by_byte[b], cpt);
+            byte_by_cpt[cpt] = static_cast<int16_t>(b);
+        }
+    }
+};
+
+const gpt2_alphabet & alphabet() {
+    static const gpt2_alphabet table;
+    return table;
+}
+
+}  // namespace
+
+std::string_view gpt2_byte_to_utf8(uint8_t byte) { return alphabet().utf8_by_byte[byte]; }
+
+int gpt2_cpt_to_byte(uint32_t cpt) {
+    const auto & table = alphabet().byte_by_cpt;
+    return cpt < table.size() ? table[cpt] : -1;
+}
+
+std::string gpt2_decode(std::string_view text) {
+    std::string out;
+    out.reserve(text.size());
+    for (size_t pos = 0; pos < text.size();) {
+        uint32_t cpt = 0;
+        const size_t n = decode_utf8(text, pos, cpt);
+        if (n == 0) {
+            out.push_back(text[pos]);
+            pos += 1;
+            continue;
+        }
+        const int byte = gpt2_cpt_to_byte(cpt);
+        if (byte >= 0) {
+            out.push_back(static_cast<char>(byte));
+        } else {
+            out.append(text.substr(pos, n));
+        }
+        pos += n;
+    }
+    return out;
+}
+
+}  // namespace skippy::tokenizer_detail
+
+namespace skippy {
+
+std::string sanitize_utf8(std::string_view text) {
+    using tokenizer_detail::decode_utf8;
+    std::string out;
+    out.reserve(text.size());
+    for (size_t pos = 0; pos < text.size();) {
+        uint32_t cpt = 0;
+        const size_t n = decode_utf8(text, pos, cpt);
+        if (n == 0) {
+            out.append("\xEF\xBF\xBD");  // U+FFFD for this one byte; resynchronise on the next
+            pos += 1;
+        } else {
+            out.append(text.substr(pos, n));
+            pos += n;
+        }
+    }
+    return out;
+}
+
+}  // namespace skippy

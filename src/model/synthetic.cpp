@@ -1,0 +1,203 @@
+#include "model/synthetic.h"
+
+#include "kernels/kernels.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <set>
+
+namespace skippy {
+namespace {
+
+// splitmix64: a reproducible stream whatever the platform.
+struct rng {
+    uint64_t state;
+    uint64_t next() {
+        uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        return z ^ (z >> 31);
+    }
+    // Uniform in [-1, 1).
+    float symmetric() { return static_cast<float>(static_cast<double>(next() >> 11) * (2.0 / 9007199254740992.0) - 1.0); }
+};
+
+std::vector<uint8_t> random_tensor(rng & r, tensor_type type, int64_t n_cols, int64_t n_rows, float amplitude) {
+    std::vector<float> row(static_cast<size_t>(n_cols));
+    const size_t stride = row_bytes(type, n_cols);
+    std::vector<uint8_t> out(stride * static_cast<size_t>(n_rows));
+    for (int64_t i = 0; i < n_rows; ++i) {
+        for (auto & v : row) v = amplitude * r.symmetric();
+        kernels::quantize_row(type, row.data(), out.data() + static_cast<size_t>(i) * stride, n_cols);
+    }
+    return out;
+}
+
+std::vector<uint8_t> f32_vector(rng & r, int64_t n, float center, float spread) {
+    std::vector<uint8_t> out(static_cast<size_t>(n) * 4);
+    for (int64_t i = 0; i < n; ++i) {
+        const float v = center + spread * r.symmetric();
+        std::memcpy(out.data() + i * 4, &v, 4);
+    }
+    return out;
+}
+
+// llama.cpp's Q4_K_M gives attn_v and ffn_down more bits in the first and last eighth
+// of the layers and in every third layer between.
+bool use_more_bits(int32_t il, int32_t n_layer) {
+    return il < n_layer / 8 || il >= 7 * n_layer / 8 || (il - n_layer / 8) % 3 == 2;
+}
+
+// A SentencePiece-style vocabulary: <unk> <s> </s>, 256 byte tokens, then pieces.
+void add_generated_vocab(gguf::writer & w, int32_t n_vocab) {
+    std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+    std::vector<float> scores = {0.0f, 0.0f, 0.0f};
+    std::vector<int32_t> types = {2, 3, 3};
+    for (int b = 0; b < 256; ++b) {
+        char buf[8];
+        std::snprintf(buf, sizeof(buf), "<0x%02X>", b);
+        tokens.emplace_back(buf);
+        scores.push_back(0.0f);
+        types.push_back(6);
+    }
+    // Pieces: letters with and without the word-start marker, then letter pairs.
+    const std::string marker = "\xe2\x96\x81";  // U+2581
+    std::vector<std::string> pieces;
+    const std::string letters = "etaoinshrdlcumwfgypbvkjxqz";
+    for (char c : letters) { pieces.push_back(std::string(1, c)); pieces.push_back(marker + c); }
+    for (char c : std::string(".,!?'")) pieces.push_back(std::string(1, c));
+    pieces.push_back(marker);
+    for (char a : letters) for (char b : letters) { pieces.push_back(std::string{a, b}); pieces.push_back(marker + a + b); }
+    std::set<std::string> seen(tokens.begin(), tokens.end());
+    for (const auto & p : pieces) {
+        if (static_cast<int32_t>(tokens.size()) >= n_vocab) break;
+        if (!seen.insert(p).second) continue;
+        tokens.push_back(p);
+        scores.push_back(-static_cast<float>(tokens.size()));  // earlier pieces merge first
+        types.push_back(1);
+    }
+    for (int32_t i = static_cast<int32_t>(tokens.size()); i < n_vocab; ++i) {  // filler beyond the piece list
+        tokens.push_back(marker + "w" + std::to_string(i));
+        scores.push_back(-static_cast<float>(i));
+        types.push_back(1);
+    }
+    w.set("tokenizer.ggml.model", gguf::value::make_string("llama"));
+    w.set("tokenizer.ggml.tokens", gguf::value::make_string_array(std::move(tokens)));
+    w.set("tokenizer.ggml.scores", gguf::value::make_f32_array(scores));
+    w.set("tokenizer.ggml.token_type", gguf::value::make_i32_array(types));
+    w.set("tokenizer.ggml.bos_token_id", gguf::value::make_u32(1));
+    w.set("tokenizer.ggml.eos_token_id", gguf::value::make_u32(2));
+    w.set("tokenizer.ggml.unknown_token_id", gguf::value::make_u32(0));
+    w.set("tokenizer.ggml.add_bos_token", gguf::value::make_bool(true));
+}
+
+}  // namespace
+
+std::optional<synthetic_model_options> synthetic_preset(const std::string & name) {
+    synthetic_model_options o;
+    if (name == "tiny") {
+        o.n_embd = 256; o.n_layer = 4; o.n_head = 8; o.n_head_kv = 4; o.n_ff = 768; o.n_vocab = 512;
+        o.type = "Q8_0"; o.name = "skippy-tiny";
+        return o;
+    }
+    if (name == "bench-200m") {
+        o.n_embd = 1024; o.n_layer = 12; o.n_head = 16; o.n_head_kv = 4; o.n_ff = 2816; o.n_vocab = 32000;
+        o.type = "Q4_K_M"; o.name = "skippy-bench-200m";
+        return o;
+    }
+    return std::nullopt;
+}
+
+result<gguf::writer> build_synthetic_model(const synthetic_model_options & o) {
+    auto bad = [](const std::string & msg) { return make_error(error_code::invalid_argument, msg); };
+    if (o.arch != "llama" && o.arch != "qwen2") return bad("--arch must be llama or qwen2");
+    if (o.n_embd < 1 || o.n_layer < 1 || o.n_head < 1 || o.n_head_kv < 1 || o.n_ff < 1) return bad("model dimensions must be positive");
+    if (o.n_embd > 65536 || o.n_ff > 1 << 20 || o.n_layer > 1024 || o.n_vocab > 1 << 22) return bad("model dimensions are too large");
+    if (o.n_embd % o.n_head != 0) return bad("--n-embd must be a multiple of --n-head");
+    if (o.n_head % o.n_head_kv != 0) return bad("--n-head must be a multiple of --n-head-kv");
+    if ((o.n_embd / o.n_head) % 2 != 0) return bad("the head dimension (n_embd / n_head) must be even");
+
+    const bool q4_k_m = o.type == "Q4_K_M" || o.type == "q4_k_m";
+    auto parsed = q4_k_m ? std::optional<tensor_type>(tensor_type::q4_k) : parse_tensor_type(o.type);
+    if (!parsed || !kernels::is_supported(*parsed)) {
+        return bad("--type '" + o.type + "' is not one of F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q4_K_M");
+    }
+    const tensor_type base_type = *parsed;
+    const int64_t block = get_tensor_type_traits(static_cast<uint32_t>(base_type))->block_elems;
+    const int64_t block_hi = q4_k_m ? 256 : block;
+    const int32_t q_dim = o.n_embd, kv_dim = o.n_head_kv * (o.n_embd / o.n_head);
+    if (o.n_embd % block_hi != 0 || o.n_ff % block_hi != 0) {
+        return bad("--n-embd and --n-ff must be multiples of " + std::to_string(block_hi) + " for type " + o.type);
+    }
+
+    gguf::writer w;
+    int32_t n_vocab = o.n_vocab;
+    const std::string p = o.arch + ".";
+    w.set("general.architecture", gguf::value::make_string(o.arch));
+    w.set("general.name", gguf::value::make_string(o.name));
+    w.set(p + "context_length", gguf::value::make_u32(static_cast<uint32_t>(o.n_ctx)));
+    w.set(p + "embedding_length", gguf::value::make_u32(static_cast<uint32_t>(o.n_embd)));
+    w.set(p + "feed_forward_length", gguf::value::make_u32(static_cast<uint32_t>(o.n_ff)));
+    w.set(p + "block_count", gguf::value::make_u32(static_cast<uint32_t>(o.n_layer)));
+    w.set(p + "attention.head_count", gguf::value::make_u32(static_cast<uint32_t>(o.n_head)));
+    w.set(p + "attention.head_count_kv", gguf::value::make_u32(static_cast<uint32_t>(o.n_head_kv)));
+    w.set(p + "attention.layer_norm_rms_epsilon", gguf::value::make_f32(1e-5f));
+    w.set(p + "rope.freq_base", gguf::value::make_f32(o.arch == "qwen2" ? 1000000.0f : 10000.0f));
+    // llama_ftype numbers, so other readers describe the file correctly.
+    uint32_t file_type = 0;
+    switch (base_type) {
+        case tensor_type::f16: file_type = 1; break;
+        case tensor_type::q4_0: file_type = 2; break;
+        case tensor_type::q8_0: file_type = 7; break;
+        case tensor_type::q4_k: file_type = q4_k_m ? 15 : 14; break;
+        case tensor_type::q6_k: file_type = 18; break;
+        case tensor_type::bf16: file_type = 32; break;
+        default: break;
+    }
+    w.set("general.file_type", gguf::value::make_u32(file_type));
+    if (block > 1) w.set("general.quantization_version", gguf::value::make_u32(2));
+
+    if (o.vocab_from) {
+        const gguf::value * tokens = o.vocab_from->find("tokenizer.ggml.tokens");
+        if (!tokens || !tokens->as_array() || tokens->as_array()->empty()) return bad("--vocab-from file has no tokenizer.ggml.tokens");
+        if (tokens->as_array()->size() > (1u << 22)) return bad("--vocab-from vocabulary is too large");
+        n_vocab = static_cast<int32_t>(tokens->as_array()->size());
+        for (const auto & [key, v] : o.vocab_from->metadata()) {
+            if (key.rfind("tokenizer.", 0) == 0) w.set(key, v);
+        }
+    } else {
+        if (n_vocab < 259 + 8) return bad("--n-vocab must be at least 267 (specials, 256 byte tokens, pieces)");
+        add_generated_vocab(w, n_vocab);
+    }
+
+    rng r{o.seed * 0x2545f4914f6cdd1dull + 1};
+    const float amp_embd = 1.0f;
+    const float amp_in = std::sqrt(3.0f / static_cast<float>(o.n_embd));  // unit variance after the product
+    const float amp_ff = std::sqrt(3.0f / static_cast<float>(o.n_ff));
+    w.add_tensor("token_embd.weight", {o.n_embd, n_vocab}, base_type, random_tensor(r, base_type, o.n_embd, n_vocab, amp_embd));
+    w.add_tensor("output_norm.weight", {o.n_embd}, tensor_type::f32, f32_vector(r, o.n_embd, 1.0f, 0.1f));
+    const tensor_type head_type = q4_k_m ? tensor_type::q6_k : base_type;
+    w.add_tensor("output.weight", {o.n_embd, n_vocab}, head_type, random_tensor(r, head_type, o.n_embd, n_vocab, amp_in));
+    for (int32_t il = 0; il < o.n_layer; ++il) {
+        const std::string b = "blk." + std::to_string(il) + ".";
+        const tensor_type more = q4_k_m && use_more_bits(il, o.n_layer) ? tensor_type::q6_k : base_type;
+        w.add_tensor(b + "attn_norm.weight", {o.n_embd}, tensor_type::f32, f32_vector(r, o.n_embd, 1.0f, 0.1f));
+        w.add_tensor(b + "attn_q.weight", {o.n_embd, q_dim}, base_type, random_tensor(r, base_type, o.n_embd, q_dim, amp_in));
+        w.add_tensor(b + "attn_k.weight", {o.n_embd, kv_dim}, base_type, random_tensor(r, base_type, o.n_embd, kv_dim, amp_in));
+        w.add_tensor(b + "attn_v.weight", {o.n_embd, kv_dim}, more, random_tensor(r, more, o.n_embd, kv_dim, amp_in));
+        if (o.arch == "qwen2") {
+            w.add_tensor(b + "attn_q.bias", {q_dim}, tensor_type::f32, f32_vector(r, q_dim, 0.0f, 0.1f));
+            w.add_tensor(b + "attn_k.bias", {kv_dim}, tensor_type::f32, f32_vector(r, kv_dim, 0.0f, 0.1f));
+            w.add_tensor(b + "attn_v.bias", {kv_dim}, tensor_type::f32, f32_vector(r, kv_dim, 0.0f, 0.1f));
+        }
+        w.add_tensor(b + "attn_output.weight", {q_dim, o.n_embd}, base_type, random_tensor(r, base_type, q_dim, o.n_embd, amp_in));
+        w.add_tensor(b + "ffn_norm.weight", {o.n_embd}, tensor_type::f32, f32_vector(r, o.n_embd, 1.0f, 0.1f));
+        w.add_tensor(b + "ffn_gate.weight", {o.n_embd, o.n_ff}, base_type, random_tensor(r, base_type, o.n_embd, o.n_ff, amp_in));
+        w.add_tensor(b + "ffn_up.weight", {o.n_embd, o.n_ff}, base_type, random_tensor(r, base_type, o.n_embd, o.n_ff, amp_in));
+        w.add_tensor(b + "ffn_down.weight", {o.n_ff, o.n_embd}, more, random_tensor(r, more, o.n_ff, o.n_embd, amp_ff));
+    }
+    return w;
+}
+
+}  // namespace skippy

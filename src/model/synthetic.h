@@ -1,0 +1,39 @@
+// Random-weight models in standard GGUF form (`skippy make-model`), so that a fresh
+// machine has a model to run and tests and benchmarks can build any shape.
+#pragma once
+
+#include "base/status.h"
+#include "base/tensor_type.h"
+#include "gguf/gguf.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace skippy {
+
+struct synthetic_model_options {
+    std::string arch = "llama";   // llama | qwen2
+    int32_t     n_embd = 128;
+    int32_t     n_layer = 4;
+    int32_t     n_head = 4;
+    int32_t     n_head_kv = 2;
+    int32_t     n_ff = 384;
+    int32_t     n_vocab = 512;    // generated SPM vocabulary size (ignored with vocab_from)
+    int32_t     n_ctx = 4096;     // context length written to the metadata
+    // Weight type of the 2-D tensors; "Q4_K_M" mixes Q4_K with Q6_K as llama.cpp does.
+    std::string type = "F32";
+    uint64_t    seed = 1;
+    std::string name = "skippy-synthetic";
+    // Copy the tokenizer.* metadata of this GGUF file (its token count sets n_vocab).
+    const gguf::file * vocab_from = nullptr;
+};
+
+// Known presets: "tiny" (README demo) and "bench-200m" (benchmarks).
+std::optional<synthetic_model_options> synthetic_preset(const std::string & name);
+
+// Validates the options and builds the model. Shapes must suit the type's block size
+// (e.g. n_embd and n_ff multiples of 256 for K-quants).
+result<gguf::writer> build_synthetic_model(const synthetic_model_options & options);
+
+}  // namespace skippy

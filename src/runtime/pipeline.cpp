@@ -1,0 +1,128 @@
+#include "runtime/pipeline.h"
+
+#include <algorithm>
+
+namespace skippy {
+
+local_pipeline::local_pipeline(std::unique_ptr<stage> whole_model) : stage_(std::move(whole_model)) {
+    lanes_.resize(static_cast<size_t>(stage_->n_lanes()));
+}
+
+status local_pipeline::begin(int32_t lane, const sampling_config & sampling, std::span<const token_id> prompt_tokens) {
+    if (lane < 0 || lane >= n_lanes()) return make_error(error_code::invalid_argument, "no such lane");
+    SKIPPY_TRY(sampling.validate());
+    stage_->truncate_lane(lane, 0);
+    auto & ls = lanes_[static_cast<size_t>(lane)];
+    ls.token_sampler = std::make_unique<sampler>(sampling);
+    for (token_id t : prompt_tokens) ls.token_sampler->accept(t);
+    return status::ok();
+}
+
+status local_pipeline::prefill(int32_t lane, int64_t pos_start, std::span<const token_id> tokens) {
+    auto & ls = lanes_[static_cast<size_t>(lane)];
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    ls.hidden.resize(static_cast<size_t>(n * stage_->hparams().n_embd));
+    return stage_->forward(lane, pos_start, tokens, {}, n, ls.hidden);
+}
+
+result<token_id> local_pipeline::decode(int32_t lane, int64_t pos, token_id token) {
+    auto & ls = lanes_[static_cast<size_t>(lane)];
+    if (!ls.token_sampler) return make_error(error_code::internal, "decode before begin");
+    ls.hidden.resize(static_cast<size_t>(stage_->hparams().n_embd));
+    SKIPPY_TRY(stage_->forward(lane, pos, std::span<const token_id>(&token, 1), {}, 1, ls.hidden));
+    ls.logits.resize(static_cast<size_t>(stage_->hparams().n_vocab));
+    stage_->logits(ls.hidden, 1, ls.logits);
+    const token_id next = ls.token_sampler->sample(ls.logits);
+    ls.token_sampler->accept(next);
+    return next;
+}
+
+void local_pipeline::end(int32_t lane) {
+    if (lane < 0 || lane >= n_lanes()) return;
+    stage_->truncate_lane(lane, 0);
+    lanes_[static_cast<size_t>(lane)].token_sampler.reset();
+}
+
+const char * finish_reason_name(finish_reason r) {
+    switch (r) {
+        case finish_reason::length: return "length";
+        case finish_reason::stop: return "stop";
+        case finish_reason::end_of_generation: return "stop";
+        case finish_reason::cancelled: return "cancelled";
+    }
+    return "stop";
+}
+
+namespace {
+
+double elapsed_ms(std::chrono::steady_clock::time_point since) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
+}
+
+// Ends the lane however the request leaves the loop.
+struct lane_guard {
+    pipeline_i & pipeline;
+    int32_t      lane;
+    ~lane_guard() { pipeline.end(lane); }
+};
+
+}  // namespace
+
+result<generation_result> run_generation(pipeline_i & pipeline, int32_t lane, const generation_request & request) {
+    const auto t_start = std::chrono::steady_clock::now();
+    const int64_t n_prompt = static_cast<int64_t>(request.prompt.size());
+    if (n_prompt == 0) return make_error(error_code::invalid_argument, "the prompt is empty (no tokens)");
+    if (request.max_tokens < 0) return make_error(error_code::invalid_argument, "max_tokens must be >= 0");
+    if (request.prefill_chunk_tokens < 1) return make_error(error_code::invalid_argument, "prefill chunk must be >= 1 token");
+    if (n_prompt > pipeline.ctx_size()) {
+        return make_error(error_code::invalid_argument, "the prompt has " + std::to_string(n_prompt) +
+                                                            " tokens, more than the context of " +
+                                                            std::to_string(pipeline.ctx_size()));
+    }
+    for (token_id t : request.prompt) {
+        if (t < 0 || t >= pipeline.n_vocab()) {
+            return make_error(error_code::invalid_argument, "prompt token " + std::to_string(t) + " is outside the vocabulary");
+        }
+    }
+
+    generation_result out;
+    out.prompt_tokens = n_prompt;
+    SKIPPY_TRY(pipeline.begin(lane, request.sampling, request.prompt));
+    lane_guard guard{pipeline, lane};
+
+    // The last prompt token runs through decode, which samples the first new token.
+    const int64_t n_prefill = n_prompt - 1;
+    for (int64_t pos = 0; pos < n_prefill; pos += request.prefill_chunk_tokens) {
+        const int64_t n = std::min<int64_t>(request.prefill_chunk_tokens, n_prefill - pos);
+        SKIPPY_TRY(pipeline.prefill(lane, pos, std::span<const token_id>(request.prompt).subspan(static_cast<size_t>(pos), static_cast<size_t>(n))));
+    }
+    out.cached_tokens = pipeline.cached_tokens(lane);
+
+    if (request.max_tokens == 0) {
+        out.ttft_ms = out.total_ms = elapsed_ms(t_start);
+        return out;
+    }
+    token_id current = request.prompt.back();
+    int64_t pos = n_prompt - 1;
+    while (static_cast<int32_t>(out.tokens.size()) < request.max_tokens) {
+        if (pos >= pipeline.ctx_size()) break;  // context full: finish with "length"
+        SKIPPY_ASSIGN_OR_RETURN(token_id next, pipeline.decode(lane, pos, current));
+        if (out.tokens.empty()) out.ttft_ms = elapsed_ms(t_start);
+        if (request.is_end_of_generation && request.is_end_of_generation(next)) {
+            out.finish = finish_reason::end_of_generation;
+            break;
+        }
+        out.tokens.push_back(next);
+        if (request.on_token && !request.on_token(next)) {
+            out.finish = finish_reason::stop;
+            break;
+        }
+        current = next;
+        ++pos;
+    }
+    if (out.tokens.empty() && out.ttft_ms == 0) out.ttft_ms = elapsed_ms(t_start);
+    out.total_ms = elapsed_ms(t_start);
+    return out;
+}
+
+}  // namespace skippy

@@ -1,0 +1,101 @@
+// What a generation loop needs from the stages that compute it, and the loop itself.
+//
+// A pipeline runs prefill chunks and decode steps for a lane across every stage of a
+// chain and samples on the final stage. local_pipeline is a whole model in this
+// process; the transport part provides the chain of stage processes. The generation
+// loop (run_generation) is the same for both, so every front end (CLI, HTTP) shares it.
+#pragma once
+
+#include "base/status.h"
+#include "runtime/sampler.h"
+#include "runtime/stage.h"
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace skippy {
+
+class pipeline_i {
+public:
+    virtual ~pipeline_i() = default;
+
+    virtual int32_t n_lanes() const = 0;
+    virtual int32_t ctx_size() const = 0;
+    virtual int32_t n_vocab() const = 0;
+
+    // Starts a request on `lane`: resets it and configures sampling on the final stage.
+    // prompt_tokens lets the final stage fill its penalty window.
+    virtual status begin(int32_t lane, const sampling_config & sampling, std::span<const token_id> prompt_tokens) = 0;
+
+    // Computes tokens at positions [pos_start, pos_start + tokens.size()) without sampling.
+    virtual status prefill(int32_t lane, int64_t pos_start, std::span<const token_id> tokens) = 0;
+
+    // Computes `token` at `pos` and returns the token sampled after it.
+    virtual result<token_id> decode(int32_t lane, int64_t pos, token_id token) = 0;
+
+    // Ends the request on `lane` (stages may record what was computed, then reset it).
+    virtual void end(int32_t lane) = 0;
+
+    // Prompt tokens whose KV the last begin/prefill restored instead of computing.
+    virtual int64_t cached_tokens(int32_t lane) const { (void)lane; return 0; }
+};
+
+// A whole model in this process: one stage holding every layer.
+class local_pipeline final : public pipeline_i {
+public:
+    explicit local_pipeline(std::unique_ptr<stage> whole_model);
+
+    int32_t n_lanes() const override { return stage_->n_lanes(); }
+    int32_t ctx_size() const override { return stage_->ctx_size(); }
+    int32_t n_vocab() const override { return stage_->hparams().n_vocab; }
+    status begin(int32_t lane, const sampling_config & sampling, std::span<const token_id> prompt_tokens) override;
+    status prefill(int32_t lane, int64_t pos_start, std::span<const token_id> tokens) override;
+    result<token_id> decode(int32_t lane, int64_t pos, token_id token) override;
+    void end(int32_t lane) override;
+
+    stage & model_stage() { return *stage_; }
+
+private:
+    struct lane_state {
+        std::unique_ptr<skippy::sampler> token_sampler;
+        std::vector<float>       hidden;
+        std::vector<float>       logits;
+    };
+    std::unique_ptr<stage>  stage_;
+    std::vector<lane_state> lanes_;
+};
+
+enum class finish_reason { length, stop, end_of_generation, cancelled };
+const char * finish_reason_name(finish_reason r);
+
+struct generation_request {
+    std::vector<token_id> prompt;
+    int32_t               max_tokens = 128;
+    sampling_config       sampling;
+    int32_t               prefill_chunk_tokens = 512;
+    // End-of-generation ids (EOS, EOT): generation stops before emitting one.
+    std::function<bool(token_id)> is_end_of_generation;
+    // Called with each generated token; returning false stops generation (a stop
+    // string matched, or the client went away).
+    std::function<bool(token_id)> on_token;
+};
+
+struct generation_result {
+    std::vector<token_id> tokens;
+    int64_t               prompt_tokens = 0;
+    int64_t               cached_tokens = 0;
+    finish_reason         finish = finish_reason::length;
+    double                ttft_ms = 0;
+    double                total_ms = 0;
+};
+
+// Runs one request on `lane`: prefill prompt[0, n-1) in chunks, then decode from the
+// last prompt token on. Errors (empty prompt, prompt + max_tokens beyond the context,
+// a stage failure) are returned; the lane is ended in every case.
+result<generation_result> run_generation(pipeline_i & pipeline, int32_t lane, const generation_request & request);
+
+}  // namespace skippy

@@ -1,0 +1,120 @@
+#include "runtime/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+namespace skippy {
+
+status sampling_config::validate() const {
+    auto bad = [](const char * field, const char * why) {
+        return make_error(error_code::invalid_argument, std::string(field) + " " + why);
+    };
+    if (!std::isfinite(temperature)) return bad("temperature", "must be finite");
+    if (!(top_p > 0.0f && top_p <= 1.0f)) return bad("top_p", "must be in (0, 1]");
+    if (!(min_p >= 0.0f && min_p <= 1.0f)) return bad("min_p", "must be in [0, 1]");
+    if (!(repeat_penalty > 0.0f) || !std::isfinite(repeat_penalty)) return bad("repeat_penalty", "must be a positive number");
+    if (!std::isfinite(presence_penalty)) return bad("presence_penalty", "must be finite");
+    if (!std::isfinite(frequency_penalty)) return bad("frequency_penalty", "must be finite");
+    if (penalty_last_n < 0) return bad("penalty_last_n", "must be >= 0");
+    for (const auto & [id, bias] : logit_bias) {
+        if (id < 0) return bad("logit_bias", "has a negative token id");
+        if (std::isnan(bias)) return bad("logit_bias", "has a NaN bias");
+    }
+    return status::ok();
+}
+
+sampler::sampler(sampling_config config) : config_(std::move(config)), rng_state_(config_.seed) {}
+
+double sampler::next_uniform() {
+    // splitmix64: tiny, well-mixed and fully specified, unlike std distributions.
+    uint64_t z = (rng_state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return static_cast<double>(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+void sampler::accept(token_id id) {
+    if (config_.penalty_last_n <= 0) return;
+    recent_.push_back(id);
+    while (recent_.size() > static_cast<size_t>(config_.penalty_last_n)) recent_.pop_front();
+}
+
+token_id sampler::sample(std::span<float> logits) {
+    const int64_t n_vocab = static_cast<int64_t>(logits.size());
+    for (const auto & [id, bias] : config_.logit_bias) {
+        if (id < n_vocab) logits[static_cast<size_t>(id)] += bias;
+    }
+    const bool penalize = config_.repeat_penalty != 1.0f || config_.presence_penalty != 0.0f || config_.frequency_penalty != 0.0f;
+    if (penalize && !recent_.empty()) {
+        std::unordered_map<token_id, int32_t> counts;
+        for (token_id id : recent_) ++counts[id];
+        for (const auto & [id, count] : counts) {
+            if (id < 0 || id >= n_vocab) continue;
+            float & l = logits[static_cast<size_t>(id)];
+            l = l > 0 ? l / config_.repeat_penalty : l * config_.repeat_penalty;
+            l -= static_cast<float>(count) * config_.frequency_penalty + config_.presence_penalty;
+        }
+    }
+
+    if (config_.greedy()) {
+        token_id best = 0;
+        for (int64_t i = 1; i < n_vocab; ++i) {
+            if (logits[static_cast<size_t>(i)] > logits[static_cast<size_t>(best)]) best = static_cast<token_id>(i);
+        }
+        return best;
+    }
+
+    // Candidates sorted by logit, descending; ties by id for determinism.
+    candidates_.clear();
+    candidates_.reserve(static_cast<size_t>(n_vocab));
+    for (int64_t i = 0; i < n_vocab; ++i) candidates_.emplace_back(logits[static_cast<size_t>(i)], static_cast<token_id>(i));
+    auto by_logit = [](const auto & a, const auto & b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+    size_t n = candidates_.size();
+    if (config_.top_k > 0 && static_cast<size_t>(config_.top_k) < n) {
+        n = static_cast<size_t>(config_.top_k);
+        std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(n), candidates_.end(), by_logit);
+    } else {
+        std::sort(candidates_.begin(), candidates_.end(), by_logit);
+    }
+
+    // Probabilities (before temperature, as in llama.cpp's top-p/min-p stages).
+    auto softmax = [&](size_t count, float temp, std::vector<double> & probs) {
+        probs.resize(count);
+        const double max_logit = candidates_[0].first;
+        double sum = 0.0;
+        for (size_t i = 0; i < count; ++i) {
+            probs[i] = std::exp((candidates_[i].first - max_logit) / temp);
+            sum += probs[i];
+        }
+        for (auto & p : probs) p /= sum;
+    };
+    std::vector<double> probs;
+    if (config_.top_p < 1.0f) {
+        softmax(n, 1.0f, probs);
+        double cumulative = 0.0;
+        size_t keep = n;
+        for (size_t i = 0; i < n; ++i) {
+            cumulative += probs[i];
+            if (cumulative >= config_.top_p) { keep = i + 1; break; }
+        }
+        n = keep;
+    }
+    if (config_.min_p > 0.0f) {
+        const float threshold = candidates_[0].first + std::log(config_.min_p);
+        size_t keep = 1;
+        while (keep < n && candidates_[keep].first >= threshold) ++keep;
+        n = keep;
+    }
+    softmax(n, config_.temperature, probs);
+    const double r = next_uniform();
+    double cumulative = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+        cumulative += probs[i];
+        if (r < cumulative) return candidates_[i].second;
+    }
+    return candidates_[n - 1].second;
+}
+
+}  // namespace skippy

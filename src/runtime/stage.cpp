@@ -1,0 +1,108 @@
+#include "runtime/stage.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <thread>
+
+namespace skippy {
+
+int32_t physical_core_count() {
+    std::set<std::pair<std::string, std::string>> cores;
+    for (unsigned cpu = 0; cpu < 4096; ++cpu) {
+        const std::string base = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+        std::ifstream core(base + "core_id"), pkg(base + "physical_package_id");
+        if (!core || !pkg) break;
+        std::string c, p;
+        core >> c;
+        pkg >> p;
+        cores.emplace(p, c);
+    }
+    if (!cores.empty()) return static_cast<int32_t>(cores.size());
+    return std::max(1u, std::thread::hardware_concurrency());
+}
+
+result<std::unique_ptr<stage>> stage::load(std::shared_ptr<const gguf::file> file, const stage_options & options) {
+    SKIPPY_ASSIGN_OR_RETURN(model_hparams hp, model_hparams::from_gguf(*file));
+    layer_range range = options.layers;
+    if (range.start == 0 && range.end == 0) range = {0, hp.n_layer};
+    if (options.n_lanes < 1 || options.n_lanes > 1024) {
+        return make_error(error_code::invalid_argument, "lanes must be in [1, 1024]");
+    }
+    if (options.kv_block_tokens < 1 || options.kv_block_tokens > 4096) {
+        return make_error(error_code::invalid_argument, "KV block size must be in [1, 4096] tokens");
+    }
+    if (options.ctx_size < 0 || options.n_threads < 0 || options.n_threads > 1024) {
+        return make_error(error_code::invalid_argument, "context size and thread count must be non-negative (threads <= 1024)");
+    }
+    auto s = std::unique_ptr<stage>(new stage());
+    s->file_ = file;
+    SKIPPY_ASSIGN_OR_RETURN(s->slice_, model_slice::bind(file, range));
+    s->ctx_size_ = options.ctx_size > 0 ? options.ctx_size : std::min(hp.n_ctx_train, 4096);
+    const int32_t n_threads = options.n_threads > 0 ? options.n_threads : physical_core_count();
+    s->pool_ = std::make_unique<kernels::thread_pool>(n_threads);
+
+    const int64_t blocks_per_lane = (s->ctx_size_ + options.kv_block_tokens - 1) / options.kv_block_tokens;
+    const int64_t n_blocks = blocks_per_lane * options.n_lanes + options.kv_extra_blocks;
+    s->kv_pool_ = std::make_unique<kv_pool>(s->slice_->kv_geometry_for(options.kv_type, options.kv_block_tokens), n_blocks);
+    s->lanes_.resize(static_cast<size_t>(options.n_lanes));
+    for (auto & lane : s->lanes_) lane.kv = std::make_unique<kv_sequence>(*s->kv_pool_);
+    return s;
+}
+
+status stage::check_lane(int32_t lane) const {
+    if (lane < 0 || lane >= n_lanes()) {
+        return make_error(error_code::invalid_argument, "lane " + std::to_string(lane) + " does not exist (" +
+                                                            std::to_string(n_lanes()) + " lanes)");
+    }
+    return status::ok();
+}
+
+int64_t stage::lane_tokens(int32_t lane) const { return lanes_[static_cast<size_t>(lane)].kv->n_tokens(); }
+kv_sequence & stage::lane_kv(int32_t lane) { return *lanes_[static_cast<size_t>(lane)].kv; }
+
+status stage::forward(int32_t lane, int64_t pos_start, std::span<const token_id> tokens, std::span<const float> act_in,
+                      int64_t n_tokens, std::span<float> act_out) {
+    SKIPPY_TRY(check_lane(lane));
+    const int64_t n_embd = hparams().n_embd;
+    if (n_tokens <= 0) return make_error(error_code::invalid_argument, "forward needs at least one token");
+    if (pos_start < 0 || pos_start + n_tokens > ctx_size_) {
+        return make_error(error_code::invalid_argument, "positions [" + std::to_string(pos_start) + ", " +
+                                                            std::to_string(pos_start + n_tokens) + ") exceed the context of " +
+                                                            std::to_string(ctx_size_) + " tokens");
+    }
+    if (act_out.size() < static_cast<size_t>(n_tokens * n_embd)) {
+        return make_error(error_code::internal, "forward output buffer too small");
+    }
+    lane_state & ls = lanes_[static_cast<size_t>(lane)];
+    if (pos_start > ls.kv->n_tokens()) {
+        return make_error(error_code::invalid_argument, "position " + std::to_string(pos_start) + " skips past the " +
+                                                            std::to_string(ls.kv->n_tokens()) + " tokens the lane holds");
+    }
+    std::lock_guard<std::mutex> lock(compute_mutex_);
+    float * x = act_out.data();
+    if (is_first()) {
+        if (tokens.size() != static_cast<size_t>(n_tokens)) return make_error(error_code::invalid_argument, "token count mismatch");
+        SKIPPY_TRY(slice_->embed(tokens, x));
+    } else {
+        if (act_in.size() != static_cast<size_t>(n_tokens * n_embd)) {
+            return make_error(error_code::invalid_argument, "activation frame holds " + std::to_string(act_in.size()) +
+                                                                " floats, expected " + std::to_string(n_tokens * n_embd));
+        }
+        if (act_in.data() != x) std::memmove(x, act_in.data(), act_in.size() * sizeof(float));
+    }
+    return slice_->forward_layers(x, n_tokens, pos_start, *ls.kv, pool_.get(), ls.ws);
+}
+
+void stage::logits(std::span<const float> hidden, int64_t n_rows, std::span<float> out) {
+    std::lock_guard<std::mutex> lock(compute_mutex_);
+    slice_->head(hidden.data(), n_rows, out.data(), pool_.get(), head_ws_);
+}
+
+void stage::truncate_lane(int32_t lane, int64_t n_tokens) {
+    if (!check_lane(lane).is_ok()) return;
+    lanes_[static_cast<size_t>(lane)].kv->truncate(std::max<int64_t>(0, n_tokens));
+}
+
+}  // namespace skippy

@@ -1,0 +1,86 @@
+// A loaded stage: the weights of a layer range, its KV pool, and its lanes.
+//
+// A lane is one session: a KV sequence plus scratch buffers. Lanes of one stage may
+// be driven from different threads; their compute is serialized on the stage (one
+// forward at a time uses every thread of the pool), which keeps results independent
+// of scheduling and costs nothing on a CPU that one forward already saturates.
+#pragma once
+
+#include "base/status.h"
+#include "gguf/gguf.h"
+#include "kernels/kernels.h"
+#include "kv/kv.h"
+#include "model/model.h"
+
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace skippy {
+
+struct stage_options {
+    layer_range layers;              // {0, 0}: every layer of the model
+    int32_t     n_threads = 0;       // 0: physical cores
+    int32_t     ctx_size = 0;        // positions per lane; 0: min(model's context length, 4096)
+    int32_t     n_lanes = 1;         // concurrent sessions
+    kv_dtype    kv_type = kv_dtype::f16;
+    int32_t     kv_block_tokens = 16;
+    int64_t     kv_extra_blocks = 0; // pool blocks beyond n_lanes * ceil(ctx_size / block) (cache use)
+};
+
+// Number of physical cores (threads sharing a core counted once); at least 1.
+int32_t physical_core_count();
+
+class stage {
+public:
+    // Binds the layer range of `file` and allocates the KV pool.
+    static result<std::unique_ptr<stage>> load(std::shared_ptr<const gguf::file> file, const stage_options & options);
+
+    const model_slice & slice() const { return *slice_; }
+    const model_hparams & hparams() const { return slice_->hparams(); }
+    bool is_first() const { return slice_->range().start == 0; }
+    bool is_last() const { return slice_->range().end == hparams().n_layer; }
+    int32_t n_lanes() const { return static_cast<int32_t>(lanes_.size()); }
+    int32_t ctx_size() const { return ctx_size_; }
+    int32_t n_threads() const { return pool_->n_threads(); }
+    kv_pool & kv() { return *kv_pool_; }
+
+    // Positions [0, n) of the lane's KV are valid.
+    int64_t lane_tokens(int32_t lane) const;
+    kv_sequence & lane_kv(int32_t lane);
+
+    // Runs this stage's layers for n_tokens tokens at positions [pos_start, +n_tokens)
+    // of `lane`. Input: `tokens` on the first stage, else `act_in` [n_tokens, n_embd].
+    // Output: the hidden rows after the stage's layers into act_out [n_tokens, n_embd].
+    // Errors (bad lane, position gap, context full, token id out of range, KV pool
+    // exhausted) leave the lane's earlier positions intact.
+    status forward(int32_t lane, int64_t pos_start, std::span<const token_id> tokens, std::span<const float> act_in,
+                   int64_t n_tokens, std::span<float> act_out);
+
+    // logits[n_rows, n_vocab] of hidden rows. REQUIRES: is_last().
+    void logits(std::span<const float> hidden, int64_t n_rows, std::span<float> out);
+
+    // Drops the lane's positions >= n_tokens.
+    void truncate_lane(int32_t lane, int64_t n_tokens);
+
+private:
+    struct lane_state {
+        std::unique_ptr<kv_sequence> kv;
+        forward_workspace            ws;
+    };
+    stage() = default;
+    status check_lane(int32_t lane) const;
+
+    std::shared_ptr<const gguf::file>     file_;
+    std::unique_ptr<model_slice>          slice_;
+    std::unique_ptr<kernels::thread_pool> pool_;
+    std::unique_ptr<kv_pool>              kv_pool_;
+    std::vector<lane_state>               lanes_;
+    forward_workspace                     head_ws_;
+    int32_t                               ctx_size_ = 0;
+    std::mutex                            compute_mutex_;
+};
+
+}  // namespace skippy

@@ -1,0 +1,172 @@
+// skippy bench: prefill and decode throughput of a model (or a chain of stages),
+// with the machine's read bandwidth measured in the same run.
+#include "base/log.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "cli/read_bandwidth.h"
+#include "runtime/pipeline.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+
+namespace skippy::cli {
+namespace {
+
+struct bench_options {
+    std::string model_path;
+    int32_t     threads = 0;
+    int32_t     prompt_tokens = 512;
+    int32_t     gen_tokens = 128;
+    int32_t     repeat = 3;
+    int32_t     batch_size = 512;
+    int32_t     stages = 1;
+    std::string kv_type = "f16";
+    bool        json = false;
+};
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int64_t peak_rss_bytes() {
+    std::ifstream status("/proc/self/status");
+    std::string key;
+    while (status >> key) {
+        if (key == "VmHWM:") {
+            int64_t kb = 0;
+            status >> kb;
+            return kb * 1024;
+        }
+        status.ignore(1 << 20, '\n');
+    }
+    return 0;
+}
+
+// The name users know the file by (llama.cpp's file types), else the type holding
+// the most bytes.
+std::string weight_type_name(const gguf::file & f) {
+    static const std::map<int64_t, const char *> file_types = {
+        {0, "F32"}, {1, "F16"}, {2, "Q4_0"}, {7, "Q8_0"}, {14, "Q4_K_S"}, {15, "Q4_K_M"}, {18, "Q6_K"}, {32, "BF16"}};
+    if (auto ft = f.get_int("general.file_type")) {
+        if (auto it = file_types.find(*ft); it != file_types.end()) return it->second;
+    }
+    std::map<tensor_type, size_t> bytes;
+    for (const auto & t : f.tensors()) bytes[t.type] += t.n_bytes;
+    auto best = std::max_element(bytes.begin(), bytes.end(), [](auto & a, auto & b) { return a.second < b.second; });
+    return best == bytes.end() ? "?" : std::string(tensor_type_name(best->first));
+}
+
+// Weight bytes one decode step reads: every layer matrix and the output head (the
+// embedding lookup reads one row).
+int64_t decode_weight_bytes(const gguf::file & f) {
+    int64_t total = 0;
+    const bool tied = f.find_tensor("output.weight") == nullptr;
+    for (const auto & t : f.tensors()) {
+        if (t.name == "token_embd.weight" && !tied) continue;
+        total += static_cast<int64_t>(t.n_bytes);
+    }
+    return total;
+}
+
+int run_bench(const bench_options & o) {
+    auto file = load_gguf(o.model_path);
+    if (!file.is_ok()) return fail(file.error());
+    const int32_t n_threads = resolve_threads(o.threads);
+    if (o.stages != 1) return fail(make_error(error_code::unsupported, "bench --stages N > 1 needs the stage transport"));
+
+    stage_options so;
+    so.n_threads = n_threads;
+    so.ctx_size = o.prompt_tokens + o.gen_tokens + 1;
+    so.kv_type = o.kv_type == "f32" ? kv_dtype::f32 : kv_dtype::f16;
+    auto st = stage::load(*file, so);
+    if (!st.is_ok()) return fail(st.error());
+    local_pipeline pipeline(std::move(st).value());
+
+    std::vector<token_id> prompt(static_cast<size_t>(o.prompt_tokens));
+    uint32_t x = 2463534242u;
+    for (auto & t : prompt) {
+        x ^= x << 13; x ^= x >> 17; x ^= x << 5;
+        t = static_cast<token_id>(x % static_cast<uint32_t>(pipeline.n_vocab()));
+    }
+    sampling_config greedy;
+    greedy.temperature = 0;
+
+    using clock = std::chrono::steady_clock;
+    auto seconds = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+    std::vector<double> prefill_tps, decode_tps, ttft_ms;
+    for (int32_t r = 0; r < o.repeat; ++r) {
+        status bst = pipeline.begin(0, greedy, {});
+        if (!bst.is_ok()) return fail(bst);
+        const auto t0 = clock::now();
+        for (int32_t pos = 0; pos < o.prompt_tokens; pos += o.batch_size) {
+            const int32_t n = std::min(o.batch_size, o.prompt_tokens - pos);
+            status pst = pipeline.prefill(0, pos, std::span<const token_id>(prompt).subspan(static_cast<size_t>(pos), static_cast<size_t>(n)));
+            if (!pst.is_ok()) return fail(pst);
+        }
+        const auto t1 = clock::now();
+        token_id current = prompt.back();
+        clock::time_point t_first = t1;
+        for (int32_t i = 0; i < o.gen_tokens; ++i) {
+            auto next = pipeline.decode(0, o.prompt_tokens + i, current);
+            if (!next.is_ok()) return fail(next.error());
+            if (i == 0) t_first = clock::now();
+            current = *next;
+        }
+        const auto t2 = clock::now();
+        pipeline.end(0);
+        prefill_tps.push_back(o.prompt_tokens / seconds(t0, t1));
+        decode_tps.push_back(o.gen_tokens > 0 ? o.gen_tokens / seconds(t1, t2) : 0.0);
+        ttft_ms.push_back(1000.0 * seconds(t0, t_first));
+        SKIPPY_LOG_INFO("repeat %d: prefill %.1f tok/s, decode %.1f tok/s", r + 1, prefill_tps.back(), decode_tps.back());
+    }
+    const int64_t rss = peak_rss_bytes();  // before the bandwidth buffer inflates it
+    const double bandwidth = measure_read_bandwidth(n_threads);
+    const double decode = median(decode_tps);
+    const int64_t bytes_per_token = decode_weight_bytes(**file);
+
+    nlohmann::json j;
+    j["model"] = o.model_path;
+    j["weight_type"] = weight_type_name(**file);
+    j["threads"] = n_threads;
+    j["stages"] = o.stages;
+    j["prompt_tokens"] = o.prompt_tokens;
+    j["gen_tokens"] = o.gen_tokens;
+    j["prefill_tokens_per_s"] = median(prefill_tps);
+    j["decode_tokens_per_s"] = decode;
+    j["ttft_ms"] = median(ttft_ms);
+    j["peak_rss_bytes"] = rss;
+    j["read_bandwidth_bytes_per_s"] = bandwidth;
+    j["decode_bandwidth_ratio"] = bandwidth > 0 ? decode * static_cast<double>(bytes_per_token) / bandwidth : 0.0;
+    if (o.json) {
+        std::printf("%s\n", j.dump().c_str());
+    } else {
+        std::printf("%s\n", j.dump(2).c_str());
+    }
+    return 0;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App & app, command_runner & run) {
+    auto o = std::make_shared<bench_options>();
+    CLI::App * cmd = app.add_subcommand("bench", "Measure prefill and decode speed (JSON)");
+    cmd->add_option("-m,--model", o->model_path, "GGUF model file")->required()->check(CLI::ExistingFile);
+    cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)")->check(CLI::Range(1, 1024));
+    cmd->add_option("--prompt-tokens", o->prompt_tokens, "Prompt tokens to prefill")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+    cmd->add_option("--gen-tokens", o->gen_tokens, "Tokens to decode")->check(CLI::Range(0, 1 << 20))->capture_default_str();
+    cmd->add_option("--repeat", o->repeat, "Repetitions (medians are reported)")->check(CLI::Range(1, 1000))->capture_default_str();
+    cmd->add_option("-b,--batch-size", o->batch_size, "Prompt tokens per prefill chunk")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+    cmd->add_option("--stages", o->stages, "Stages in the chain")->check(CLI::Range(1, 64))->capture_default_str();
+    cmd->add_option("--kv-type", o->kv_type, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
+    cmd->add_flag("--json", o->json, "Print one JSON object on one line");
+    cmd->callback([&run, o] { run = [o] { return run_bench(*o); }; });
+}
+
+}  // namespace skippy::cli

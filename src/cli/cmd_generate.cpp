@@ -1,0 +1,126 @@
+// skippy generate: text generation from a prompt.
+#include "base/log.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "runtime/pipeline.h"
+#include "tokenizer/tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <random>
+
+namespace skippy::cli {
+namespace {
+
+struct generate_options {
+    std::string model_path;
+    std::string prompt;
+    int32_t     n_predict = 128;
+    bool        greedy = false;
+    float       temperature = 0.8f;
+    int32_t     top_k = 40;
+    float       top_p = 0.95f;
+    float       min_p = 0.05f;
+    float       repeat_penalty = 1.0f;
+    float       presence_penalty = 0.0f;
+    float       frequency_penalty = 0.0f;
+    int32_t     repeat_last_n = 64;
+    int64_t     seed = -1;
+    int32_t     threads = 0;
+    int32_t     ctx_size = 0;
+    int32_t     batch_size = 512;
+    std::string kv_type = "f16";
+    bool        json = false;
+};
+
+int run_generate(const generate_options & o) {
+    auto file = load_gguf(o.model_path);
+    if (!file.is_ok()) return fail(file.error());
+    auto tok = tokenizer::from_gguf(**file);
+    if (!tok.is_ok()) return fail(tok.error());
+
+    stage_options so;
+    so.n_threads = resolve_threads(o.threads);
+    so.ctx_size = o.ctx_size;
+    so.kv_type = o.kv_type == "f32" ? kv_dtype::f32 : kv_dtype::f16;
+    auto st = stage::load(*file, so);
+    if (!st.is_ok()) return fail(st.error());
+    local_pipeline pipeline(std::move(st).value());
+
+    generation_request req;
+    req.prompt = (*tok)->tokenize(o.prompt, (*tok)->add_bos_default(), false);
+    req.max_tokens = o.n_predict;
+    req.prefill_chunk_tokens = o.batch_size;
+    req.sampling.temperature = o.greedy ? 0.0f : o.temperature;
+    req.sampling.top_k = o.top_k;
+    req.sampling.top_p = o.top_p;
+    req.sampling.min_p = o.min_p;
+    req.sampling.repeat_penalty = o.repeat_penalty;
+    req.sampling.presence_penalty = o.presence_penalty;
+    req.sampling.frequency_penalty = o.frequency_penalty;
+    req.sampling.penalty_last_n = o.repeat_last_n;
+    req.sampling.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
+    if (o.seed < 0 && !o.greedy) SKIPPY_LOG_INFO("seed %llu", static_cast<unsigned long long>(req.sampling.seed));
+    const tokenizer & vocab = **tok;
+    req.is_end_of_generation = [&](token_id id) { return vocab.is_end_of_generation(id); };
+    if (!o.json) {
+        req.on_token = [&](token_id id) {
+            const std::string piece = vocab.token_to_piece(id);
+            std::fwrite(piece.data(), 1, piece.size(), stdout);
+            std::fflush(stdout);
+            return true;
+        };
+    }
+    SKIPPY_LOG_DEBUG("prompt: %zu tokens", req.prompt.size());
+    auto res = run_generation(pipeline, 0, req);
+    if (!res.is_ok()) {
+        if (!o.json) std::fputc('\n', stdout);
+        return fail(res.error());
+    }
+    if (o.json) {
+        nlohmann::json j;
+        j["index"] = 0;
+        j["text"] = sanitize_utf8(vocab.detokenize(res->tokens));
+        j["tokens"] = res->tokens;
+        j["prompt_tokens"] = res->prompt_tokens;
+        j["cached_tokens"] = res->cached_tokens;
+        j["ttft_ms"] = res->ttft_ms;
+        j["total_ms"] = res->total_ms;
+        std::printf("%s\n", j.dump().c_str());
+    } else {
+        std::fputc('\n', stdout);
+    }
+    SKIPPY_LOG_INFO("%lld prompt tokens, %zu generated, ttft %.1f ms, total %.1f ms (%s)",
+                    static_cast<long long>(res->prompt_tokens), res->tokens.size(), res->ttft_ms, res->total_ms,
+                    finish_reason_name(res->finish));
+    return 0;
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App & app, command_runner & run) {
+    auto o = std::make_shared<generate_options>();
+    CLI::App * cmd = app.add_subcommand("generate", "Generate a continuation of a prompt");
+    cmd->add_option("-m,--model", o->model_path, "GGUF model file")->required()->check(CLI::ExistingFile);
+    cmd->add_option("-p,--prompt", o->prompt, "Prompt text")->required();
+    cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate at most")->check(CLI::Range(0, 1 << 20))->capture_default_str();
+    cmd->add_flag("--greedy", o->greedy, "Pick the most likely token (same as --temp 0)");
+    cmd->add_option("--temp", o->temperature, "Sampling temperature (0: greedy)")->check(CLI::Range(0.0f, 100.0f))->capture_default_str();
+    cmd->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0: off)")->check(CLI::Range(0, 1 << 24))->capture_default_str();
+    cmd->add_option("--top-p", o->top_p, "Nucleus sampling threshold (1: off)")->check(CLI::Range(0.0f, 1.0f))->capture_default_str();
+    cmd->add_option("--min-p", o->min_p, "Drop tokens below min-p x the top probability (0: off)")->check(CLI::Range(0.0f, 1.0f))->capture_default_str();
+    cmd->add_option("--repeat-penalty", o->repeat_penalty, "Repetition penalty (1: off)")->check(CLI::Range(0.01f, 100.0f))->capture_default_str();
+    cmd->add_option("--presence-penalty", o->presence_penalty, "Presence penalty (0: off)")->check(CLI::Range(-100.0f, 100.0f))->capture_default_str();
+    cmd->add_option("--frequency-penalty", o->frequency_penalty, "Frequency penalty (0: off)")->check(CLI::Range(-100.0f, 100.0f))->capture_default_str();
+    cmd->add_option("--repeat-last-n", o->repeat_last_n, "Tokens the penalties look back over")->check(CLI::Range(0, 1 << 20))->capture_default_str();
+    cmd->add_option("--seed", o->seed, "Sampling seed (default: random, logged)")->check(CLI::Range(int64_t(0), INT64_MAX));
+    cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)")->check(CLI::Range(1, 1024));
+    cmd->add_option("-c,--ctx-size", o->ctx_size, "Context size in tokens (default: model's, at most 4096)")->check(CLI::Range(1, 1 << 24));
+    cmd->add_option("-b,--batch-size", o->batch_size, "Prompt tokens per prefill chunk")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+    cmd->add_option("--kv-type", o->kv_type, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
+    cmd->add_flag("--json", o->json, "Print one JSON line with text, tokens and timings");
+    cmd->callback([&run, o] { run = [o] { return run_generate(*o); }; });
+}
+
+}  // namespace skippy::cli

@@ -1,0 +1,448 @@
+// The stage wire format (DESIGN §5; the byte-level spec is docs/protocol.md).
+//
+// Pure encode/decode: no sockets, no runtime types. The transport reads bytes off a
+// connection and hands them here; it never interprets a byte itself.
+//
+//   connection:  hello ──▶            (dialer)
+//                ◀── hello_reply       (listener)
+//                frame, frame, ...     (both directions)
+//   frame:       u32 frame_bytes | u16 kind | body
+//
+// Everything is little-endian and encoded field by field. Decoders trust nothing:
+// every count and length is checked against protocol_limits and against the bytes
+// left before anything is allocated, a decoder never reads outside its span, and
+// what it allocates is bounded by twice the frame it was given (f16/bf16 activations
+// widen to f32). Any malformed input is a status (invalid_data, or unsupported for a
+// version we do not speak) naming the field and its byte offset; no input can trigger
+// an assertion.
+//
+// Encoders are for our own, already-valid messages: each one REQUIRES that the
+// matching validate_* call accepts the message (with the receiver's limits). A
+// message that decodes successfully re-encodes to exactly the same bytes.
+#pragma once
+
+#include "base/status.h"
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace skippy::protocol {
+
+// ---------------------------------------------------------------------------------
+// Versions, limits, sizes
+
+// Version of the whole wire format (handshake and frames). A change to any byte of
+// the format bumps it and updates docs/protocol.md and the golden tests together.
+inline constexpr uint16_t protocol_version = 1;
+// Version of the state header inside a request.
+inline constexpr uint16_t state_header_version = 1;
+
+// Bounds every decoder enforces before it allocates. The defaults are what stages use;
+// tests and the fuzzer shrink them to reach the limit checks with small inputs.
+struct protocol_limits {
+    // Largest frame, in bytes, counting the 4-byte length field itself. Default 256 MiB:
+    // a 4096-token f32 activation of width 8192 (128 MiB) fits twice over.
+    uint32_t max_frame_bytes = 256u << 20;
+    // Most token ids (and explicit positions) in one request. Default 65536.
+    uint32_t max_tokens_per_message = 65536;
+    // Widest activation row, in values (n_embd). Default 65536.
+    uint32_t max_embd = 65536;
+    // Most logit-bias entries in a generation config. Default 1024.
+    uint32_t max_logit_bias = 1024;
+    // Longest prompt cache key, in bytes. Default 256.
+    uint32_t max_cache_key_bytes = 256;
+    // Longest shared-secret token in a hello, in bytes. Default 256.
+    uint32_t max_auth_token_bytes = 256;
+    // Longest error message (Error reply) or refusal reason (hello_reply), in bytes of
+    // UTF-8. Default 4096.
+    uint32_t max_error_message_bytes = 4096;
+    // Most tokens in one PredictedTokens reply. Default 4096.
+    uint32_t max_predicted_tokens = 4096;
+};
+
+// Frame header: u32 frame_bytes, u16 kind.
+inline constexpr size_t frame_header_bytes = 6;
+// Size of the stats block carried by every request and reply.
+inline constexpr size_t stats_block_bytes = 84;
+// Bytes of a request before its token ids (header, ids, state header, stats).
+inline constexpr size_t request_fixed_bytes = 140;
+// Bytes of a reply before its kind-specific part (header, flags, request id, stats).
+inline constexpr size_t reply_fixed_bytes = 100;
+// No valid frame of any kind is shorter than this (a PredictedTokens reply's count).
+inline constexpr size_t min_frame_bytes = reply_fixed_bytes + 4;
+
+// ---------------------------------------------------------------------------------
+// Handshake
+
+inline constexpr std::array<uint8_t, 4> hello_magic = {'S', 'K', 'P', 'Y'};
+// magic + u16 version: the part of a hello (and a hello_reply) that every protocol
+// version keeps, so a listener can always tell a peer that it speaks another version.
+inline constexpr size_t hello_prefix_bytes = 6;
+// A hello up to its auth token: magic, version, link kind, lane, sender stage, token length.
+inline constexpr size_t hello_fixed_bytes = 18;
+// A hello_reply up to its reason: magic, version, status, reason length. This layout
+// is frozen across versions so that a refusal is always readable.
+inline constexpr size_t hello_reply_fixed_bytes = 10;
+
+enum class link_kind : uint16_t {
+    forward = 1,        // stage k-1 dials stage k: requests downstream, replies upstream
+    direct_return = 2,  // the final stage dials stage 0 to return predicted tokens
+};
+
+// First message on every connection, sent by the dialer.
+struct hello {
+    uint16_t    version = protocol_version;
+    link_kind   link = link_kind::forward;
+    uint32_t    lane = 0;
+    uint32_t    sender_stage = 0;
+    std::string auth_token;  // opaque bytes; empty when the stages run without auth
+
+    bool operator==(const hello &) const = default;
+};
+
+enum class hello_status : uint16_t {
+    ok = 0,
+    version_mismatch = 1,
+    unauthorized = 2,
+    bad_request = 3,
+    busy = 4,
+};
+
+// The listener's answer to a hello. Anything but ok is followed by a close.
+struct hello_reply {
+    uint16_t     version = protocol_version;  // the listener's own version
+    hello_status status = hello_status::ok;
+    std::string  reason;  // UTF-8, for humans; empty when ok
+
+    bool operator==(const hello_reply &) const = default;
+};
+
+// REQUIRES: validate_hello(h, receiver limits) is ok.
+std::vector<uint8_t> encode_hello(const hello & h);
+status validate_hello(const hello & h, const protocol_limits & limits);
+
+// Reads the magic and version from the first hello_prefix_bytes of a hello. A listener
+// reads these first and, on a version other than protocol_version, answers
+// refuse_version() without reading further (a future hello may be laid out otherwise).
+// REQUIRES: prefix.size() >= hello_prefix_bytes.
+result<uint16_t> peek_hello_version(std::span<const uint8_t> prefix);
+
+// The total size of a hello from its first hello_fixed_bytes (checks the magic, the
+// version and the token length against limits).
+// REQUIRES: fixed.size() >= hello_fixed_bytes.
+result<size_t> peek_hello_length(std::span<const uint8_t> fixed, const protocol_limits & limits);
+
+// Decodes a whole hello (exactly its bytes). A version other than protocol_version is
+// `unsupported`, with the same reason refuse_version() gives.
+result<hello> decode_hello(std::span<const uint8_t> bytes, const protocol_limits & limits);
+
+// REQUIRES: validate_hello_reply(r, receiver limits) is ok.
+std::vector<uint8_t> encode_hello_reply(const hello_reply & r);
+status validate_hello_reply(const hello_reply & r, const protocol_limits & limits);
+
+// The total size of a hello_reply from its first hello_reply_fixed_bytes.
+// REQUIRES: fixed.size() >= hello_reply_fixed_bytes.
+result<size_t> peek_hello_reply_length(std::span<const uint8_t> fixed, const protocol_limits & limits);
+
+// Decodes a whole hello_reply. Any version is accepted here (the layout is frozen);
+// check_hello_reply() decides whether the dialer may go on.
+result<hello_reply> decode_hello_reply(std::span<const uint8_t> bytes, const protocol_limits & limits);
+
+// The listener's decision on a decoded hello: version_mismatch when the versions
+// differ, unauthorized when `auth_token` is not empty and differs from the peer's
+// (compared in time independent of where they differ), else ok. Lane ranges and busy
+// lanes are the transport's to check. The reason names what was wrong, e.g. "peer
+// speaks protocol version 2, this stage speaks 1"; it never echoes a token.
+hello_reply decide_hello(const hello & peer, std::string_view auth_token);
+
+// The refusal for a peer whose hello announced `peer_version` != protocol_version.
+hello_reply refuse_version(uint16_t peer_version);
+
+// The dialer's view of a hello_reply: ok only for status ok from a listener of our
+// version. Otherwise: version_mismatch -> unsupported, unauthorized -> permission,
+// busy -> unavailable, bad_request -> invalid_argument; the message carries the reason.
+status check_hello_reply(const hello_reply & r);
+
+// ---------------------------------------------------------------------------------
+// Frames
+
+enum class message_kind : uint16_t {
+    // requests (travel downstream; PredictionReturnOpen on the return link)
+    prefill = 1,
+    prefill_final = 2,  // last prompt chunk: the final stage samples
+    decode = 3,
+    stop = 4,
+    configure_generation = 5,
+    probe_prefill = 6,
+    restore_prefill = 7,
+    try_restore_prefill = 8,
+    try_restore_prefill_decode = 9,
+    trim_session = 10,
+    prediction_return_open = 11,
+    // replies (travel upstream, or to stage 0 on the return link)
+    ack = 64,
+    predicted_token = 65,
+    predicted_tokens = 66,
+    error = 67,
+};
+
+bool is_request_kind(message_kind kind);
+bool is_reply_kind(message_kind kind);
+// "prefill_final"; "unknown" for a value outside the enum.
+std::string_view message_kind_name(message_kind kind);
+
+// Validates a frame's length field: >= min_frame_bytes and <= limits.max_frame_bytes.
+// The transport reads exactly that many bytes (including these 4) as one frame.
+// REQUIRES: first4.size() >= 4.
+result<uint32_t> peek_frame_length(std::span<const uint8_t> first4, const protocol_limits & limits);
+
+// The kind of a frame (request or reply) from its first frame_header_bytes; an
+// unknown kind is invalid_data. REQUIRES: header.size() >= frame_header_bytes.
+result<message_kind> peek_frame_kind(std::span<const uint8_t> header);
+
+// ---------------------------------------------------------------------------------
+// Stats block: what a request met on its way, merged hop by hop (DESIGN §5)
+
+// Every stat, in wire order. stat_descriptors (below) is its parallel table of names
+// and merge rules; telemetry reuses the names.
+enum class stat_id : uint8_t {
+    kv_lookup_hits,
+    kv_lookup_misses,
+    kv_lookup_errors,
+    kv_imported_pages,
+    kv_imported_tokens,
+    kv_recorded_pages,
+    kv_recorded_bytes,
+    kv_hit_stage_mask,     // bit i: stage i hit
+    kv_record_stage_mask,  // bit i: stage i recorded
+    max_compute_us,
+    max_queue_us,
+    max_forward_us,
+};
+inline constexpr size_t n_stat_ids = 12;
+
+enum class stat_merge : uint8_t {
+    sum,     // counters: a + b, saturating at the maximum
+    bit_or,  // stage masks
+    max,     // timing maxima
+};
+
+struct stat_descriptor {
+    stat_id          id;
+    std::string_view name;
+    stat_merge       merge;
+    uint8_t          wire_bytes;  // 8 (u64) or 4 (u32)
+};
+
+inline constexpr stat_descriptor stat_descriptors[] = {
+    {stat_id::kv_lookup_hits,       "kv_lookup_hits",       stat_merge::sum,    8},
+    {stat_id::kv_lookup_misses,     "kv_lookup_misses",     stat_merge::sum,    8},
+    {stat_id::kv_lookup_errors,     "kv_lookup_errors",     stat_merge::sum,    8},
+    {stat_id::kv_imported_pages,    "kv_imported_pages",    stat_merge::sum,    8},
+    {stat_id::kv_imported_tokens,   "kv_imported_tokens",   stat_merge::sum,    8},
+    {stat_id::kv_recorded_pages,    "kv_recorded_pages",    stat_merge::sum,    8},
+    {stat_id::kv_recorded_bytes,    "kv_recorded_bytes",    stat_merge::sum,    8},
+    {stat_id::kv_hit_stage_mask,    "kv_hit_stage_mask",    stat_merge::bit_or, 8},
+    {stat_id::kv_record_stage_mask, "kv_record_stage_mask", stat_merge::bit_or, 8},
+    {stat_id::max_compute_us,       "max_compute_us",       stat_merge::max,    4},
+    {stat_id::max_queue_us,         "max_queue_us",         stat_merge::max,    4},
+    {stat_id::max_forward_us,       "max_forward_us",       stat_merge::max,    4},
+};
+static_assert(std::size(stat_descriptors) == n_stat_ids, "one descriptor per stat_id");
+
+namespace detail {
+constexpr bool stat_table_is_consistent() {
+    size_t wire = 0;
+    for (size_t i = 0; i < std::size(stat_descriptors); ++i) {
+        if (static_cast<size_t>(stat_descriptors[i].id) != i) return false;
+        if (stat_descriptors[i].wire_bytes != 4 && stat_descriptors[i].wire_bytes != 8) return false;
+        wire += stat_descriptors[i].wire_bytes;
+    }
+    return wire == stats_block_bytes;
+}
+}  // namespace detail
+static_assert(detail::stat_table_is_consistent(), "stat_descriptors: in enum order, widths sum to stats_block_bytes");
+
+struct stats_block {
+    uint64_t kv_lookup_hits = 0;
+    uint64_t kv_lookup_misses = 0;
+    uint64_t kv_lookup_errors = 0;
+    uint64_t kv_imported_pages = 0;
+    uint64_t kv_imported_tokens = 0;
+    uint64_t kv_recorded_pages = 0;
+    uint64_t kv_recorded_bytes = 0;
+    uint64_t kv_hit_stage_mask = 0;
+    uint64_t kv_record_stage_mask = 0;
+    uint32_t max_compute_us = 0;
+    uint32_t max_queue_us = 0;
+    uint32_t max_forward_us = 0;
+
+    bool operator==(const stats_block &) const = default;
+};
+
+uint64_t stat_value(const stats_block & s, stat_id id);
+// Sets one stat; a 4-byte stat stores min(value, UINT32_MAX).
+void set_stat(stats_block & s, stat_id id, uint64_t value);
+
+// a and b merged by each stat's rule: counters add (saturating), masks OR, maxima max.
+stats_block merge_stats(const stats_block & a, const stats_block & b);
+
+// ---------------------------------------------------------------------------------
+// Requests
+
+// What a request does to the session. `none` is a session's idle state; no request
+// carries it in version 1 (see the per-kind rules).
+enum class message_phase : uint8_t { none = 0, prefill = 1, decode = 2, control = 3 };
+
+// The session state a request carries (DESIGN §5), checked by every stage.
+struct state_header {
+    uint16_t      version = state_header_version;
+    message_phase phase = message_phase::none;  // must match the kind (docs/protocol.md)
+    uint8_t       flags = 0;                    // no bits defined in version 1: must be 0
+    uint32_t      prompt_token_count = 0;
+    uint32_t      decode_step = 0;
+    int32_t       current_token = -1;           // -1: none
+    uint32_t      source_stage = 0;             // stage that sent the message
+
+    bool operator==(const state_header &) const = default;
+};
+
+enum class prompt_cache_mode : uint8_t { off = 0, record = 1, lookup_record = 2 };
+
+// Mirrors skippy::sampling_config (src/runtime/sampler.h) field for field, so the
+// transport converts one to the other by name; the protocol stays a leaf.
+struct sampling_params {
+    float    temperature = 0.8f;
+    int32_t  top_k = 40;
+    float    top_p = 0.95f;
+    float    min_p = 0.05f;
+    uint64_t seed = 0;
+    float    repeat_penalty = 1.0f;
+    float    presence_penalty = 0.0f;
+    float    frequency_penalty = 0.0f;
+    int32_t  penalty_last_n = 64;
+    std::vector<std::pair<int32_t, float>> logit_bias;  // (token id >= 0, finite bias)
+
+    bool operator==(const sampling_params &) const = default;
+};
+
+// Sent with ConfigureGeneration. Every float must be finite (value ranges are the
+// sampler's to check).
+struct generation_config {
+    sampling_params   sampling;
+    prompt_cache_mode cache_mode = prompt_cache_mode::off;
+    uint32_t          cache_min_tokens = 0;
+    std::string       cache_key;  // the client's prompt_cache_key: opaque bytes
+
+    bool operator==(const generation_config &) const = default;
+};
+
+enum class activation_dtype : uint8_t { f32 = 0, f16 = 1, bf16 = 2 };
+
+// Hidden states one stage hands the next: [n_embd, n_tokens], token-major
+// (values[t * n_embd + e]), where n_tokens is the request's token count.
+struct activation_frame {
+    // Encode: the preferred wire type, used only when every value converts to it and
+    // back exactly (else f32 goes on the wire). Decode: the type that was on the wire.
+    activation_dtype   dtype = activation_dtype::f32;
+    uint32_t           producer_stage = 0;
+    uint32_t           layer_start = 0;  // [layer_start, layer_end): layers already applied
+    uint32_t           layer_end = 0;
+    uint32_t           n_embd = 0;       // >= 1
+    std::vector<float> values;           // finite; n_tokens * n_embd of them
+
+    bool operator==(const activation_frame &) const = default;
+};
+
+// The wire type an activation with these values gets: `preferred` when each value
+// survives f32 -> preferred -> f32 bit for bit, else f32.
+activation_dtype choose_activation_dtype(std::span<const float> values, activation_dtype preferred);
+
+// One request frame. The flag bits on the wire follow from what is present:
+// generation (bit 0), positions non-empty (bit 1), activation (bit 2).
+struct request {
+    message_kind         kind = message_kind::prefill;
+    uint64_t             request_id = 0;
+    uint64_t             session_id = 0;
+    int64_t              pos_start = 0;  // >= 0; pos_start + token count <= 2^31 - 1
+    state_header         state;
+    stats_block          stats;          // accumulated as the request travels downstream
+    std::vector<int32_t> tokens;         // token ids, each >= 0
+    std::vector<int32_t> positions;      // empty: token i sits at pos_start + i; else one per token, each >= 0
+    std::optional<generation_config> generation;
+    std::optional<activation_frame>  activation;
+
+    bool operator==(const request &) const = default;
+};
+
+// The per-kind rules and every field's range (docs/protocol.md), plus the encoded size
+// against limits.max_frame_bytes. Names the offending field.
+status validate_request(const request & r, const protocol_limits & limits);
+
+// Exact size encode_request(r) produces. REQUIRES: validate_request(r, ...) is ok.
+size_t encoded_request_bytes(const request & r);
+
+// REQUIRES: validate_request(r, receiver limits) is ok. (Given a request that breaks
+// only range or per-kind rules, it still writes the frame such a request describes,
+// which decode_request then refuses; the tests build bad frames that way. It asserts
+// that positions are empty or one per token.)
+std::vector<uint8_t> encode_request(const request & r);
+
+// `frame` is one whole frame, length field included; the length field must equal
+// frame.size(). Refuses reply kinds. The result equals the request that was encoded,
+// except that activation->dtype is the type that went on the wire.
+result<request> decode_request(std::span<const uint8_t> frame, const protocol_limits & limits);
+
+// ---------------------------------------------------------------------------------
+// Replies
+
+enum class ack_outcome : uint8_t { ok = 0, hit = 1, short_hit = 2, miss = 3, error = 4 };
+
+// One reply frame. Only the fields of `kind` go on the wire; the others are ignored by
+// encode_reply and left at their defaults by decode_reply.
+struct reply {
+    message_kind kind = message_kind::ack;
+    uint64_t     request_id = 0;
+    stats_block  stats;
+    // ack
+    ack_outcome  outcome = ack_outcome::ok;
+    int64_t      restored_tokens = 0;  // >= 0
+    // predicted_token
+    int32_t      token = 0;            // >= 0
+    uint32_t     decode_step = 0;
+    // predicted_tokens
+    std::vector<int32_t> tokens;       // 1 to max_predicted_tokens ids, each >= 0
+    // error
+    error_code   code = error_code::internal;  // not ok
+    std::string  message;                      // UTF-8, <= max_error_message_bytes
+
+    bool operator==(const reply &) const = default;
+};
+
+status validate_reply(const reply & r, const protocol_limits & limits);
+
+// REQUIRES: validate_reply(r, receiver limits) is ok.
+std::vector<uint8_t> encode_reply(const reply & r);
+
+// `frame` as for decode_request. Refuses request kinds.
+result<reply> decode_reply(std::span<const uint8_t> frame, const protocol_limits & limits);
+
+// An Error reply for `st` (REQUIRES: !st.is_ok()) that validates against `limits`
+// (whose max_frame_bytes must leave room for max_error_message_bytes, as the defaults
+// do): the message is cut to max_error_message_bytes at a character boundary and
+// ill-formed UTF-8 is replaced by U+FFFD.
+reply make_error_reply(uint64_t request_id, const status & st, const protocol_limits & limits);
+
+// The status an Error reply stands for (its code and message).
+// REQUIRES: r.kind == message_kind::error.
+status error_reply_status(const reply & r);
+
+}  // namespace skippy::protocol

@@ -1,0 +1,335 @@
+// Golden bytes: every message kind encodes to exactly the bytes docs/protocol.md
+// describes, written out here by hand, and decodes back to the same message. Any
+// change to the format breaks these; update the spec, protocol_version and these
+// goldens in the same commit.
+#include "protocol/protocol.h"
+#include "sample_messages.h"
+#include "test_util.h"
+
+#include <gtest/gtest.h>
+
+namespace skippy::protocol {
+namespace {
+
+using testing::from_hex;
+using testing::normalize_hex;
+using testing::to_hex;
+
+const protocol_limits limits;
+
+// request_id 0x0102030405060708, session_id 0x1112131415161718, little-endian.
+const std::string ids_hex = "0807060504030201 1817161514131211";
+
+const std::string zero_stats_hex(2 * stats_block_bytes, '0');
+
+// testing::sample_stats(), field by field.
+const std::string sample_stats_hex =
+    "0100000000000000"  // kv_lookup_hits 1
+    "0200000000000000"  // kv_lookup_misses 2
+    "0300000000000000"  // kv_lookup_errors 3
+    "0400000000000000"  // kv_imported_pages 4
+    "0001000000000000"  // kv_imported_tokens 0x100
+    "0500000000000000"  // kv_recorded_pages 5
+    "0000010000000000"  // kv_recorded_bytes 0x10000
+    "0500000000000000"  // kv_hit_stage_mask 0b101: stages 0 and 2
+    "0000000000000080"  // kv_record_stage_mask: stage 63
+    "34120000"          // max_compute_us 0x1234
+    "07000000"          // max_queue_us 7
+    "feffffff";         // max_forward_us 0xfffffffe
+
+void expect_request_golden(const request & r, const std::string & hex) {
+    ASSERT_TRUE(validate_request(r, limits).is_ok()) << validate_request(r, limits).to_string();
+    const auto bytes = encode_request(r);
+    EXPECT_EQ(to_hex(bytes), normalize_hex(hex));
+    EXPECT_EQ(bytes.size(), encoded_request_bytes(r));
+    auto back = decode_request(from_hex(hex), limits);
+    ASSERT_TRUE(back.is_ok()) << back.error().to_string();
+    EXPECT_EQ(*back, testing::as_received(r));
+}
+
+void expect_reply_golden(const reply & r, const std::string & hex) {
+    ASSERT_TRUE(validate_reply(r, limits).is_ok()) << validate_reply(r, limits).to_string();
+    EXPECT_EQ(to_hex(encode_reply(r)), normalize_hex(hex));
+    auto back = decode_reply(from_hex(hex), limits);
+    ASSERT_TRUE(back.is_ok()) << back.error().to_string();
+    EXPECT_EQ(*back, r);
+}
+
+TEST(protocol_golden, StatsBlockWidthsSumToTheBlockSize) {
+    EXPECT_EQ(normalize_hex(sample_stats_hex).size(), 2 * stats_block_bytes);
+    EXPECT_EQ(stats_block_bytes, 84u);
+    EXPECT_EQ(request_fixed_bytes, 140u);
+    EXPECT_EQ(reply_fixed_bytes, 100u);
+}
+
+TEST(protocol_golden, Hello) {
+    const std::string hex =
+        "534b5059"   // magic "SKPY"
+        "0100"       // protocol_version 1
+        "0100"       // link_kind 1: forward
+        "02000000"   // lane 2
+        "01000000"   // sender_stage 1
+        "0300"       // auth_token_len 3
+        "616263";    // "abc"
+    const hello h = testing::sample_hello();
+    EXPECT_EQ(to_hex(encode_hello(h)), hex);
+    auto back = decode_hello(from_hex(hex), limits);
+    ASSERT_TRUE(back.is_ok()) << back.error().to_string();
+    EXPECT_EQ(*back, h);
+    auto n = peek_hello_length(from_hex(hex), limits);
+    ASSERT_TRUE(n.is_ok());
+    EXPECT_EQ(*n, 21u);
+}
+
+TEST(protocol_golden, HelloReply) {
+    const std::string hex =
+        "534b5059"   // magic "SKPY"
+        "0100"       // protocol_version 1
+        "0400"       // status 4: busy
+        "0400"       // reason_len 4
+        "62757379";  // "busy"
+    const hello_reply r = testing::sample_hello_reply();
+    EXPECT_EQ(to_hex(encode_hello_reply(r)), hex);
+    auto back = decode_hello_reply(from_hex(hex), limits);
+    ASSERT_TRUE(back.is_ok()) << back.error().to_string();
+    EXPECT_EQ(*back, r);
+    auto n = peek_hello_reply_length(from_hex(hex), limits);
+    ASSERT_TRUE(n.is_ok());
+    EXPECT_EQ(*n, 14u);
+}
+
+TEST(protocol_golden, Prefill) {
+    expect_request_golden(testing::sample_prefill(),
+        "bc000000"           // frame_bytes 188 = 140 + 3 tokens x 4 + activation 24 + 6 values x 2
+        "0100"               // kind 1: prefill
+        "0400"               // flags: bit 2 (activation)
+        + ids_hex +
+        "0000000000000000"   // pos_start 0
+        "03000000"           // token_count 3
+        "0100"               // state.version 1
+        "01"                 // state.phase 1: prefill
+        "00"                 // state.flags
+        "05000000"           // state.prompt_token_count 5
+        "00000000"           // state.decode_step 0
+        "ffffffff"           // state.current_token -1
+        "00000000"           // state.source_stage 0
+        + sample_stats_hex +
+        "01000000 2c010000 02000000"  // tokens 1, 300, 2
+        "01 000000"          // activation.dtype 1: f16, reserved
+        "00000000"           // producer_stage 0
+        "00000000 02000000"  // layers [0, 2)
+        "03000000"           // n_tokens 3
+        "02000000"           // n_embd 2
+        "003c 00c0"          // token 0: 1.0, -2.0 (f16)
+        "0038 0034"          // token 1: 0.5, 0.25
+        "0042 0080");        // token 2: 3.0, -0.0
+}
+
+TEST(protocol_golden, PrefillFinal) {
+    expect_request_golden(testing::sample_prefill_final(),
+        "bc000000"           // frame_bytes 188 = 140 + 8 tokens + 8 positions + activation 24 + 2 values x 4
+        "0200"               // kind 2: prefill_final
+        "0600"               // flags: bits 1 (positions) and 2 (activation)
+        + ids_hex +
+        "0300000000000000"   // pos_start 3
+        "02000000"           // token_count 2
+        "0100 01 00"         // state: version 1, phase prefill, flags 0
+        "05000000"           // prompt_token_count 5 (= pos_start + token_count)
+        "00000000"           // decode_step
+        "ffffffff"           // current_token -1
+        "01000000"           // source_stage 1
+        + zero_stats_hex +
+        "07000000 08000000"  // tokens 7, 8
+        "03000000 04000000"  // positions 3, 4
+        "00 000000"          // activation.dtype 0: f32 (f16 asked, 0.1 is not exact in f16)
+        "01000000"           // producer_stage 1
+        "02000000 04000000"  // layers [2, 4)
+        "02000000"           // n_tokens 2
+        "01000000"           // n_embd 1
+        "cdcccc3d"           // 0.1f
+        "0000803f");         // 1.0f
+}
+
+TEST(protocol_golden, Decode) {
+    expect_request_golden(testing::sample_decode(),
+        "ac000000"           // frame_bytes 172 = 140 + 4 + activation 24 + 2 values x 2
+        "0300"               // kind 3: decode
+        "0400"               // flags: activation
+        + ids_hex +
+        "0500000000000000"   // pos_start 5
+        "01000000"           // token_count 1
+        "0100 02 00"         // state: version 1, phase decode, flags 0
+        "05000000"           // prompt_token_count 5
+        "01000000"           // decode_step 1
+        "2a000000"           // current_token 42
+        "00000000"           // source_stage 0
+        + zero_stats_hex +
+        "2a000000"           // token 42
+        "02 000000"          // activation.dtype 2: bf16
+        "00000000"           // producer_stage 0
+        "00000000 02000000"  // layers [0, 2)
+        "01000000"           // n_tokens 1
+        "02000000"           // n_embd 2
+        "803f c0bf");        // 1.0, -1.5 (bf16)
+}
+
+// The control kinds without sections share one layout; only kind, phase, pos_start
+// and tokens differ.
+std::string control_hex(std::string frame_bytes, std::string kind, std::string pos_start, std::string token_count,
+                        std::string phase, std::string current_token, std::string tokens) {
+    return frame_bytes + kind + "0000" + ids_hex + pos_start + token_count + "0100" + phase + "00" +
+           "00000000 00000000" + current_token + "00000000" + zero_stats_hex + tokens;
+}
+
+TEST(protocol_golden, Stop) {
+    auto requests = testing::sample_requests();
+    expect_request_golden(requests[3], control_hex("8c000000", "0400", "0000000000000000", "00000000", "03",
+                                                   "ffffffff", ""));
+}
+
+TEST(protocol_golden, ConfigureGeneration) {
+    expect_request_golden(testing::sample_configure_generation(),
+        "d1000000"           // frame_bytes 209 = 140 + 8 tokens + generation 61
+        "0500"               // kind 5: configure_generation
+        "0100"               // flags: bit 0 (generation config)
+        + ids_hex +
+        "0000000000000000"   // pos_start 0
+        "02000000"           // token_count 2
+        "0100 03 00"         // state: version 1, phase control, flags 0
+        "02000000"           // prompt_token_count 2
+        "00000000"           // decode_step
+        "ffffffff"           // current_token -1
+        "00000000"           // source_stage
+        + zero_stats_hex +
+        "01000000 02000000"  // tokens 1, 2
+        "0000003f"           // temperature 0.5
+        "28000000"           // top_k 40
+        "0000403f"           // top_p 0.75
+        "00000000"           // min_p 0
+        "2a00000000000000"   // seed 42
+        "0000803f"           // repeat_penalty 1.0
+        "0000003f"           // presence_penalty 0.5
+        "0000803e"           // frequency_penalty 0.25
+        "40000000"           // penalty_last_n 64
+        "01000000"           // n_logit_bias 1
+        "0d000000 000080bf"  // token 13: bias -1.0
+        "02"                 // cache_mode 2: lookup_record
+        "10000000"           // cache_min_tokens 16
+        "0200 6162");        // cache_key "ab"
+}
+
+TEST(protocol_golden, ProbePrefill) {
+    expect_request_golden(testing::sample_requests()[5],
+                          control_hex("98000000", "0600", "0000000000000000", "03000000", "03", "ffffffff",
+                                      "01000000 02000000 03000000"));
+}
+
+TEST(protocol_golden, RestorePrefill) {
+    expect_request_golden(testing::sample_requests()[6],
+                          control_hex("98000000", "0700", "0000000000000000", "03000000", "03", "ffffffff",
+                                      "01000000 02000000 03000000"));
+}
+
+TEST(protocol_golden, TryRestorePrefill) {
+    expect_request_golden(testing::sample_requests()[7],
+                          control_hex("94000000", "0800", "0000000000000000", "02000000", "03", "ffffffff",
+                                      "01000000 02000000"));
+}
+
+TEST(protocol_golden, TryRestorePrefillDecode) {
+    expect_request_golden(testing::sample_try_restore_prefill_decode(),
+                          control_hex("94000000", "0900", "0000000000000000", "02000000", "02", "03000000",
+                                      "01000000 02000000"));
+}
+
+TEST(protocol_golden, TrimSession) {
+    expect_request_golden(testing::sample_trim_session(),
+                          control_hex("8c000000", "0a00", "0400000000000000", "00000000", "03", "ffffffff", ""));
+}
+
+TEST(protocol_golden, PredictionReturnOpen) {
+    expect_request_golden(testing::sample_requests()[10],
+                          control_hex("8c000000", "0b00", "0000000000000000", "00000000", "03", "ffffffff", ""));
+}
+
+TEST(protocol_golden, Ack) {
+    expect_reply_golden(testing::sample_replies()[0],
+        "70000000"           // frame_bytes 112
+        "4000"               // kind 64: ack
+        "0000"               // flags
+        "0807060504030201"   // request_id
+        + sample_stats_hex +
+        "01 000000"          // outcome 1: hit, reserved
+        "0300000000000000"); // restored_tokens 3
+}
+
+TEST(protocol_golden, PredictedToken) {
+    expect_reply_golden(testing::sample_replies()[1],
+        "6c000000"           // frame_bytes 108
+        "4100"               // kind 65: predicted_token
+        "0000"               // flags
+        "0807060504030201"   // request_id
+        + zero_stats_hex +
+        "09000000"           // token 9
+        "02000000");         // decode_step 2
+}
+
+TEST(protocol_golden, PredictedTokens) {
+    expect_reply_golden(testing::sample_replies()[2],
+        "70000000"           // frame_bytes 112
+        "4200"               // kind 66: predicted_tokens
+        "0000"               // flags
+        "0807060504030201"   // request_id
+        + zero_stats_hex +
+        "02000000"           // n 2
+        "05000000 06000000");// tokens 5, 6
+}
+
+TEST(protocol_golden, Error) {
+    expect_reply_golden(testing::sample_replies()[3],
+        "7b000000"           // frame_bytes 123 = 100 + 8 + 15
+        "4300"               // kind 67: error
+        "0000"               // flags
+        "0807060504030201"   // request_id
+        + zero_stats_hex +
+        "03000000"           // error_code 3: not_found
+        "0f000000"           // message_len 15
+        "6e6f2073756368207365737369 6f6e");  // "no such session"
+}
+
+TEST(protocol_golden, PeekedFrameLengthAndKindMatchTheFrame) {
+    for (const request & r : testing::sample_requests()) {
+        const auto bytes = encode_request(r);
+        auto n = peek_frame_length(bytes, limits);
+        ASSERT_TRUE(n.is_ok()) << n.error().to_string();
+        EXPECT_EQ(*n, bytes.size());
+        auto kind = peek_frame_kind(bytes);
+        ASSERT_TRUE(kind.is_ok());
+        EXPECT_EQ(*kind, r.kind);
+    }
+    for (const reply & r : testing::sample_replies()) {
+        const auto bytes = encode_reply(r);
+        auto n = peek_frame_length(bytes, limits);
+        ASSERT_TRUE(n.is_ok()) << n.error().to_string();
+        EXPECT_EQ(*n, bytes.size());
+        auto kind = peek_frame_kind(bytes);
+        ASSERT_TRUE(kind.is_ok());
+        EXPECT_EQ(*kind, r.kind);
+    }
+}
+
+TEST(protocol_golden, KindNumbersAreFixed) {
+    EXPECT_EQ(static_cast<uint16_t>(message_kind::prefill), 1);
+    EXPECT_EQ(static_cast<uint16_t>(message_kind::prediction_return_open), 11);
+    EXPECT_EQ(static_cast<uint16_t>(message_kind::ack), 64);
+    EXPECT_EQ(static_cast<uint16_t>(message_kind::error), 67);
+    EXPECT_TRUE(is_request_kind(message_kind::trim_session));
+    EXPECT_FALSE(is_request_kind(message_kind::ack));
+    EXPECT_TRUE(is_reply_kind(message_kind::predicted_tokens));
+    EXPECT_FALSE(is_reply_kind(static_cast<message_kind>(12)));
+    EXPECT_EQ(message_kind_name(message_kind::try_restore_prefill_decode), "try_restore_prefill_decode");
+    EXPECT_EQ(message_kind_name(static_cast<message_kind>(99)), "unknown");
+}
+
+}  // namespace
+}  // namespace skippy::protocol

@@ -1,0 +1,130 @@
+// The ready handshake: a listener's decision on a hello and a dialer's reading of the
+// answer.
+#include "protocol/protocol.h"
+#include "sample_messages.h"
+
+#include <gtest/gtest.h>
+
+namespace skippy::protocol {
+namespace {
+
+const protocol_limits limits;
+
+TEST(protocol_handshake, MatchingVersionAndTokenIsAccepted) {
+    const hello_reply r = decide_hello(testing::sample_hello(), "abc");
+    EXPECT_EQ(r.status, hello_status::ok);
+    EXPECT_EQ(r.version, protocol_version);
+    EXPECT_TRUE(r.reason.empty());
+    EXPECT_TRUE(check_hello_reply(r).is_ok());
+}
+
+TEST(protocol_handshake, EmptyConfiguredTokenMeansAuthIsOff) {
+    hello h = testing::sample_hello();
+    EXPECT_EQ(decide_hello(h, "").status, hello_status::ok);
+    h.auth_token.clear();
+    EXPECT_EQ(decide_hello(h, "").status, hello_status::ok);
+}
+
+TEST(protocol_handshake, WrongOrMissingTokenIsUnauthorizedWithoutEchoingIt) {
+    hello h = testing::sample_hello();
+    for (std::string token : {"abd", "ab", "abcd", "xbc", ""}) {
+        h.auth_token = token;
+        const hello_reply r = decide_hello(h, "abc");
+        EXPECT_EQ(r.status, hello_status::unauthorized) << token;
+        EXPECT_FALSE(r.reason.empty());
+        EXPECT_EQ(r.reason.find("abc"), std::string::npos) << r.reason;
+        const status st = check_hello_reply(r);
+        EXPECT_EQ(st.code(), error_code::permission);
+        EXPECT_NE(st.message().find(r.reason), std::string::npos);
+    }
+}
+
+TEST(protocol_handshake, OtherVersionIsRefusedWithAHumanReason) {
+    hello h = testing::sample_hello();
+    h.version = 2;
+    const hello_reply r = decide_hello(h, "abc");
+    EXPECT_EQ(r.status, hello_status::version_mismatch);
+    EXPECT_EQ(r.version, protocol_version);
+    EXPECT_EQ(r.reason, "peer speaks protocol version 2, this stage speaks 1");
+    EXPECT_EQ(refuse_version(2), r);
+    EXPECT_TRUE(validate_hello_reply(r, limits).is_ok());
+    const status st = check_hello_reply(r);
+    EXPECT_EQ(st.code(), error_code::unsupported);
+    EXPECT_NE(st.message().find("protocol version 2"), std::string::npos) << st.to_string();
+}
+
+// The listener's flow: read the 6-byte prefix, refuse another version without reading
+// on, else read the fixed part, then the token.
+TEST(protocol_handshake, ListenerReadsTheHelloInThreeSteps) {
+    const auto bytes = encode_hello(testing::sample_hello());
+    auto version = peek_hello_version(std::span(bytes).first(hello_prefix_bytes));
+    ASSERT_TRUE(version.is_ok());
+    EXPECT_EQ(*version, protocol_version);
+    auto n = peek_hello_length(std::span(bytes).first(hello_fixed_bytes), limits);
+    ASSERT_TRUE(n.is_ok()) << n.error().to_string();
+    ASSERT_EQ(*n, bytes.size());
+    auto h = decode_hello(bytes, limits);
+    ASSERT_TRUE(h.is_ok());
+    EXPECT_EQ(*h, testing::sample_hello());
+}
+
+TEST(protocol_handshake, DialerReadsAReplyFromAnyVersion) {
+    hello_reply future;
+    future.version = 7;
+    future.status = hello_status::version_mismatch;
+    future.reason = "peer speaks protocol version 1, this stage speaks 7";
+    const auto bytes = encode_hello_reply(future);
+    auto n = peek_hello_reply_length(std::span(bytes).first(hello_reply_fixed_bytes), limits);
+    ASSERT_TRUE(n.is_ok());
+    EXPECT_EQ(*n, bytes.size());
+    auto back = decode_hello_reply(bytes, limits);
+    ASSERT_TRUE(back.is_ok()) << back.error().to_string();
+    EXPECT_EQ(*back, future);
+    EXPECT_EQ(check_hello_reply(*back).code(), error_code::unsupported);
+
+    // An "ok" from a listener of another version is not ok for us.
+    future.status = hello_status::ok;
+    future.reason.clear();
+    EXPECT_EQ(check_hello_reply(future).code(), error_code::unsupported);
+}
+
+TEST(protocol_handshake, RefusalsMapToStatusCodes) {
+    hello_reply r;
+    r.reason = "why";
+    r.status = hello_status::busy;
+    EXPECT_EQ(check_hello_reply(r).code(), error_code::unavailable);
+    r.status = hello_status::bad_request;
+    EXPECT_EQ(check_hello_reply(r).code(), error_code::invalid_argument);
+    EXPECT_NE(check_hello_reply(r).message().find("why"), std::string::npos);
+}
+
+TEST(protocol_handshake, BothLinkKindsRoundTrip) {
+    hello h = testing::sample_hello();
+    h.link = link_kind::direct_return;
+    h.lane = 0xffffffffu;
+    h.sender_stage = 3;
+    h.auth_token.clear();
+    ASSERT_TRUE(validate_hello(h, limits).is_ok());
+    auto back = decode_hello(encode_hello(h), limits);
+    ASSERT_TRUE(back.is_ok());
+    EXPECT_EQ(*back, h);
+}
+
+TEST(protocol_handshake, ValidateRefusesWhatTheEncoderCannotCarry) {
+    hello h = testing::sample_hello();
+    h.auth_token.assign(limits.max_auth_token_bytes + 1, 'x');
+    EXPECT_EQ(validate_hello(h, limits).code(), error_code::invalid_argument);
+    h = testing::sample_hello();
+    h.link = static_cast<link_kind>(9);
+    EXPECT_FALSE(validate_hello(h, limits).is_ok());
+    hello_reply r;
+    r.reason = "\xc3";  // cut in the middle of a character
+    EXPECT_FALSE(validate_hello_reply(r, limits).is_ok());
+    r.reason = "caf\xc3\xa9 \xf0\x9f\x98\x80";  // "café 😀"
+    EXPECT_TRUE(validate_hello_reply(r, limits).is_ok());
+    r.status = static_cast<hello_status>(5);
+    EXPECT_FALSE(validate_hello_reply(r, limits).is_ok());
+}
+
+}  // namespace
+}  // namespace skippy::protocol

@@ -10,4 +10,4 @@ if [ ! -f "$model" ]; then
   mkdir -p build/models
   build/src/cli/skippy make-model --preset tiny -o "$model"
 fi
-build/src/cli/skippy generate -m "$model" -p "${1:-Once upon a time}" -n "${2:-32}" --seed 42
+build/src/cli/skippy generate -m "$model" -p "${1:-Once upon a time}" -n "${2:-32}" --seed 42 --stages 2

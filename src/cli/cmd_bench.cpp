@@ -79,15 +79,15 @@ int run_bench(const bench_options & o) {
     auto file = load_gguf(o.model_path);
     if (!file.is_ok()) return fail(file.error());
     const int32_t n_threads = resolve_threads(o.threads);
-    if (o.stages != 1) return fail(make_error(error_code::unsupported, "bench --stages N > 1 needs the stage transport"));
-
-    stage_options so;
-    so.n_threads = n_threads;
-    so.ctx_size = o.prompt_tokens + o.gen_tokens + 1;
-    so.kv_type = o.kv_type == "f32" ? kv_dtype::f32 : kv_dtype::f16;
-    auto st = stage::load(*file, so);
-    if (!st.is_ok()) return fail(st.error());
-    local_pipeline pipeline(std::move(st).value());
+    runtime_flags rf;
+    rf.threads = n_threads;
+    rf.ctx_size = o.prompt_tokens + o.gen_tokens + 1;
+    rf.kv_type = o.kv_type;
+    chain_choice chain;
+    chain.stages = o.stages;
+    auto made = make_pipeline(*file, chain, rf);
+    if (!made.is_ok()) return fail(made.error());
+    pipeline_i & pipeline = **made;
 
     std::vector<token_id> prompt(static_cast<size_t>(o.prompt_tokens));
     uint32_t x = 2463534242u;
@@ -102,7 +102,7 @@ int run_bench(const bench_options & o) {
     auto seconds = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
     std::vector<double> prefill_tps, decode_tps, ttft_ms;
     for (int32_t r = 0; r < o.repeat; ++r) {
-        status bst = pipeline.begin(0, greedy, {});
+        status bst = pipeline.begin(0, greedy, prompt);
         if (!bst.is_ok()) return fail(bst);
         const auto t0 = clock::now();
         for (int32_t pos = 0; pos < o.prompt_tokens; pos += o.batch_size) {

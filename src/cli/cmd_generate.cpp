@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <fstream>
 #include <random>
 
 namespace skippy::cli {
@@ -27,29 +28,58 @@ struct generate_options {
     float       frequency_penalty = 0.0f;
     int32_t     repeat_last_n = 64;
     int64_t     seed = -1;
-    int32_t     threads = 0;
-    int32_t     ctx_size = 0;
     int32_t     batch_size = 512;
-    std::string kv_type = "f16";
+    std::string prompts_file;
     bool        json = false;
+    runtime_flags runtime;
+    chain_choice  chain;
 };
 
+// One JSON line in the shape tooling relies on (index, text, tokens, counts, timings).
+std::string result_json(int64_t index, const tokenizer & vocab, const generation_result & res) {
+    nlohmann::json j;
+    j["index"] = index;
+    j["text"] = sanitize_utf8(vocab.detokenize(res.tokens));
+    j["tokens"] = res.tokens;
+    j["prompt_tokens"] = res.prompt_tokens;
+    j["cached_tokens"] = res.cached_tokens;
+    j["ttft_ms"] = res.ttft_ms;
+    j["total_ms"] = res.total_ms;
+    return j.dump();
+}
+
+result<std::vector<std::string>> read_prompts(const std::string & path) {
+    std::ifstream in(path);
+    if (!in) return make_error(error_code::not_found, "cannot read prompts file " + path);
+    std::vector<std::string> prompts;
+    std::string line;
+    while (std::getline(in, line)) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (!line.empty()) prompts.push_back(line);
+    }
+    if (prompts.empty()) return make_error(error_code::invalid_argument, "prompts file " + path + " has no prompts");
+    return prompts;
+}
+
 int run_generate(const generate_options & o) {
-    auto file = load_gguf(o.model_path);
+    auto model_path = resolve_model_path(o.model_path, o.chain);
+    if (!model_path.is_ok()) return fail(model_path.error());
+    auto file = load_gguf(*model_path);
     if (!file.is_ok()) return fail(file.error());
     auto tok = tokenizer::from_gguf(**file);
     if (!tok.is_ok()) return fail(tok.error());
+    const tokenizer & vocab = **tok;
 
-    stage_options so;
-    so.n_threads = resolve_threads(o.threads);
-    so.ctx_size = o.ctx_size;
-    so.kv_type = o.kv_type == "f32" ? kv_dtype::f32 : kv_dtype::f16;
-    auto st = stage::load(*file, so);
-    if (!st.is_ok()) return fail(st.error());
-    local_pipeline pipeline(std::move(st).value());
+    std::vector<std::string> prompts = {o.prompt};
+    if (!o.prompts_file.empty()) {
+        auto read = read_prompts(o.prompts_file);
+        if (!read.is_ok()) return fail(read.error());
+        prompts = std::move(read).value();
+    }
+    auto pipeline = make_pipeline(*file, o.chain, o.runtime);
+    if (!pipeline.is_ok()) return fail(pipeline.error());
 
     generation_request req;
-    req.prompt = (*tok)->tokenize(o.prompt, (*tok)->add_bos_default(), false);
     req.max_tokens = o.n_predict;
     req.prefill_chunk_tokens = o.batch_size;
     req.sampling.temperature = o.greedy ? 0.0f : o.temperature;
@@ -62,7 +92,6 @@ int run_generate(const generate_options & o) {
     req.sampling.penalty_last_n = o.repeat_last_n;
     req.sampling.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
     if (o.seed < 0 && !o.greedy) SKIPPY_LOG_INFO("seed %llu", static_cast<unsigned long long>(req.sampling.seed));
-    const tokenizer & vocab = **tok;
     req.is_end_of_generation = [&](token_id id) { return vocab.is_end_of_generation(id); };
     if (!o.json) {
         req.on_token = [&](token_id id) {
@@ -72,28 +101,24 @@ int run_generate(const generate_options & o) {
             return true;
         };
     }
-    SKIPPY_LOG_DEBUG("prompt: %zu tokens", req.prompt.size());
-    auto res = run_generation(pipeline, 0, req);
-    if (!res.is_ok()) {
-        if (!o.json) std::fputc('\n', stdout);
-        return fail(res.error());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        req.prompt = vocab.tokenize(prompts[i], vocab.add_bos_default(), false);
+        SKIPPY_LOG_DEBUG("prompt %zu: %zu tokens", i, req.prompt.size());
+        auto res = run_generation(**pipeline, 0, req);
+        if (!res.is_ok()) {
+            if (!o.json) std::fputc('\n', stdout);
+            return fail(res.error());
+        }
+        if (o.json) {
+            std::printf("%s\n", result_json(static_cast<int64_t>(i), vocab, *res).c_str());
+            std::fflush(stdout);
+        } else {
+            std::fputc('\n', stdout);
+        }
+        SKIPPY_LOG_INFO("%lld prompt tokens (%lld cached), %zu generated, ttft %.1f ms, total %.1f ms (%s)",
+                        static_cast<long long>(res->prompt_tokens), static_cast<long long>(res->cached_tokens),
+                        res->tokens.size(), res->ttft_ms, res->total_ms, finish_reason_name(res->finish));
     }
-    if (o.json) {
-        nlohmann::json j;
-        j["index"] = 0;
-        j["text"] = sanitize_utf8(vocab.detokenize(res->tokens));
-        j["tokens"] = res->tokens;
-        j["prompt_tokens"] = res->prompt_tokens;
-        j["cached_tokens"] = res->cached_tokens;
-        j["ttft_ms"] = res->ttft_ms;
-        j["total_ms"] = res->total_ms;
-        std::printf("%s\n", j.dump().c_str());
-    } else {
-        std::fputc('\n', stdout);
-    }
-    SKIPPY_LOG_INFO("%lld prompt tokens, %zu generated, ttft %.1f ms, total %.1f ms (%s)",
-                    static_cast<long long>(res->prompt_tokens), res->tokens.size(), res->ttft_ms, res->total_ms,
-                    finish_reason_name(res->finish));
     return 0;
 }
 
@@ -102,8 +127,11 @@ int run_generate(const generate_options & o) {
 void add_generate_command(CLI::App & app, command_runner & run) {
     auto o = std::make_shared<generate_options>();
     CLI::App * cmd = app.add_subcommand("generate", "Generate a continuation of a prompt");
-    cmd->add_option("-m,--model", o->model_path, "GGUF model file")->required()->check(CLI::ExistingFile);
-    cmd->add_option("-p,--prompt", o->prompt, "Prompt text")->required();
+    cmd->add_option("-m,--model", o->model_path, "GGUF model file (default with --topology: the topology's model)")
+        ->check(CLI::ExistingFile);
+    auto * prompt = cmd->add_option("-p,--prompt", o->prompt, "Prompt text");
+    cmd->add_option("--prompts-file", o->prompts_file, "Run each non-empty line as a prompt, one after another in this process")
+        ->check(CLI::ExistingFile)->excludes(prompt);
     cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate at most")->check(CLI::Range(0, 1 << 20))->capture_default_str();
     cmd->add_flag("--greedy", o->greedy, "Pick the most likely token (same as --temp 0)");
     cmd->add_option("--temp", o->temperature, "Sampling temperature (0: greedy)")->check(CLI::Range(0.0f, 100.0f))->capture_default_str();
@@ -115,12 +143,15 @@ void add_generate_command(CLI::App & app, command_runner & run) {
     cmd->add_option("--frequency-penalty", o->frequency_penalty, "Frequency penalty (0: off)")->check(CLI::Range(-100.0f, 100.0f))->capture_default_str();
     cmd->add_option("--repeat-last-n", o->repeat_last_n, "Tokens the penalties look back over")->check(CLI::Range(0, 1 << 20))->capture_default_str();
     cmd->add_option("--seed", o->seed, "Sampling seed (default: random, logged)")->check(CLI::Range(int64_t(0), INT64_MAX));
-    cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)")->check(CLI::Range(1, 1024));
-    cmd->add_option("-c,--ctx-size", o->ctx_size, "Context size in tokens (default: model's, at most 4096)")->check(CLI::Range(1, 1 << 24));
     cmd->add_option("-b,--batch-size", o->batch_size, "Prompt tokens per prefill chunk")->check(CLI::Range(1, 1 << 16))->capture_default_str();
-    cmd->add_option("--kv-type", o->kv_type, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
-    cmd->add_flag("--json", o->json, "Print one JSON line with text, tokens and timings");
-    cmd->callback([&run, o] { run = [o] { return run_generate(*o); }; });
+    cmd->add_flag("--json", o->json, "Print one JSON line per prompt with text, tokens and timings");
+    add_runtime_flags(cmd, o->runtime, 1);
+    add_chain_flags(cmd, o->chain);
+    cmd->callback([&run, o, cmd] {
+        if (cmd->count("--prompt") == 0 && cmd->count("--prompts-file") == 0) throw CLI::RequiredError("--prompt or --prompts-file");
+        if (o->model_path.empty() && o->chain.topology_path.empty()) throw CLI::RequiredError("--model (or --topology)");
+        run = [o] { return run_generate(*o); };
+    });
 }
 
 }  // namespace skippy::cli

@@ -21,4 +21,58 @@ int fail(const status & st) {
 
 int32_t resolve_threads(int32_t flag) { return flag > 0 ? flag : physical_core_count(); }
 
+void add_runtime_flags(CLI::App * cmd, runtime_flags & f, int32_t default_lanes) {
+    f.lanes = default_lanes;
+    cmd->add_option("-t,--threads", f.threads, "Threads per stage (default: physical cores)")->check(CLI::Range(1, 1024));
+    cmd->add_option("-c,--ctx-size", f.ctx_size, "Context size in tokens per lane (default: the model's, at most 4096)")
+        ->check(CLI::Range(1, 1 << 24));
+    cmd->add_option("--lanes", f.lanes, "Concurrent sessions (lanes) per stage")->check(CLI::Range(1, 1024))->capture_default_str();
+    cmd->add_option("--kv-type", f.kv_type, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
+    cmd->add_option("--auth-token", f.auth_token, "Shared secret required on stage connections (default: none)");
+    cmd->add_option("--wire-delay-ms", f.wire_delay_ms, "Delay added before every frame written to a stage link (simulates a slow link)")
+        ->check(CLI::Range(0, 60000));
+}
+
+stage_options to_stage_options(const runtime_flags & f) {
+    stage_options so;
+    so.n_threads = resolve_threads(f.threads);
+    so.ctx_size = f.ctx_size;
+    so.n_lanes = f.lanes;
+    so.kv_type = f.kv_type == "f32" ? kv_dtype::f32 : kv_dtype::f16;
+    return so;
+}
+
+transport::chain_options to_chain_options(const runtime_flags & f) {
+    transport::chain_options c;
+    c.link.auth_token = f.auth_token;
+    c.link.wire_delay_ms = f.wire_delay_ms;
+    return c;
+}
+
+void add_chain_flags(CLI::App * cmd, chain_choice & choice) {
+    auto * stages = cmd->add_option("--stages", choice.stages, "Stages in this process, connected over loopback TCP")
+                        ->check(CLI::Range(1, 64))->capture_default_str();
+    cmd->add_option("--topology", choice.topology_path, "Topology file: run stage 0 here, the other stages are serve-stage processes")
+        ->check(CLI::ExistingFile)->excludes(stages);
+}
+
+result<std::string> resolve_model_path(const std::string & model_flag, const chain_choice & choice) {
+    if (!model_flag.empty()) return model_flag;
+    if (choice.topology_path.empty()) return make_error(error_code::invalid_argument, "give a model with -m (or a --topology file)");
+    SKIPPY_ASSIGN_OR_RETURN(transport::topology topo, transport::topology::load(choice.topology_path));
+    return topo.model_path;
+}
+
+result<std::unique_ptr<pipeline_i>> make_pipeline(std::shared_ptr<const gguf::file> file, const chain_choice & choice,
+                                                  const runtime_flags & flags) {
+    const stage_options so = to_stage_options(flags);
+    const transport::chain_options co = to_chain_options(flags);
+    if (!choice.topology_path.empty()) {
+        SKIPPY_ASSIGN_OR_RETURN(transport::topology topo, transport::topology::load(choice.topology_path));
+        SKIPPY_LOG_INFO("stage 0 of %d (topology %s)", topo.n_stages(), choice.topology_path.c_str());
+        return transport::make_topology_chain(std::move(file), topo, so, co);
+    }
+    return transport::make_embedded_chain(std::move(file), choice.stages, so, co);
+}
+
 }  // namespace skippy::cli

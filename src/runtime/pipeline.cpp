@@ -87,7 +87,7 @@ result<generation_result> run_generation(pipeline_i & pipeline, int32_t lane, co
 
     generation_result out;
     out.prompt_tokens = n_prompt;
-    SKIPPY_TRY(pipeline.begin(lane, request.sampling, request.prompt));
+    SKIPPY_TRY(pipeline.begin(lane, request.sampling, request.prompt, request.cache_key));
     lane_guard guard{pipeline, lane};
 
     // The last prompt token runs through decode, which samples the first new token.

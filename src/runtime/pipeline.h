@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace skippy {
@@ -30,6 +31,15 @@ public:
     // Starts a request on `lane`: resets it and configures sampling on the final stage.
     // prompt_tokens lets the final stage fill its penalty window.
     virtual status begin(int32_t lane, const sampling_config & sampling, std::span<const token_id> prompt_tokens) = 0;
+    // begin() for a client cache namespace (prompt_cache_key; "" for none): prefixes
+    // cached under one key are never served to another (DESIGN §6). run_generation calls
+    // this one. The default ignores the key (no prefix cache); a pipeline with a cache
+    // overrides it.
+    virtual status begin(int32_t lane, const sampling_config & sampling, std::span<const token_id> prompt_tokens,
+                         std::string_view cache_key) {
+        (void)cache_key;
+        return begin(lane, sampling, prompt_tokens);
+    }
 
     // Computes tokens at positions [pos_start, pos_start + tokens.size()) without sampling.
     virtual status prefill(int32_t lane, int64_t pos_start, std::span<const token_id> tokens) = 0;
@@ -77,6 +87,7 @@ struct generation_request {
     int32_t               max_tokens = 128;
     sampling_config       sampling;
     int32_t               prefill_chunk_tokens = 512;
+    std::string           cache_key;  // prompt_cache_key: the client's cache namespace ("" for none)
     // End-of-generation ids (EOS, EOT): generation stops before emitting one.
     std::function<bool(token_id)> is_end_of_generation;
     // Called with each generated token; returning false stops generation (a stop

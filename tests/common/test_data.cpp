@@ -102,3 +102,97 @@ std::string make_temp_dir(const std::string & tag) {
 }
 
 }  // namespace skippy::testing
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <thread>
+
+namespace skippy::testing {
+
+background_process::background_process(const std::vector<std::string> & argv, const std::string & log_path)
+    : log_path_(log_path) {
+    // Truncate before forking, so a reader never sees an earlier run's log.
+    const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    pid_ = fork();
+    if (pid_ == 0) {
+        if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); }
+        std::vector<char *> args;
+        for (const auto & a : argv) args.push_back(const_cast<char *>(a.c_str()));
+        args.push_back(nullptr);
+        execv(args[0], args.data());
+        _exit(127);
+    }
+    if (fd >= 0) close(fd);
+}
+
+background_process::~background_process() {
+    if (running()) {
+        kill_now(SIGTERM);
+        if (wait(3000) < 0) { kill_now(SIGKILL); wait(3000); }
+    }
+}
+
+bool background_process::running() {
+    if (pid_ <= 0 || exit_code_ >= 0) return false;
+    int wstatus = 0;
+    pid_t r = waitpid(pid_, &wstatus, WNOHANG);
+    if (r == pid_) {
+        exit_code_ = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+        return false;
+    }
+    return true;
+}
+
+void background_process::kill_now(int signal) {
+    if (pid_ > 0 && exit_code_ < 0) ::kill(pid_, signal);
+}
+
+int background_process::wait(int timeout_ms) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (running()) {
+        if (std::chrono::steady_clock::now() > deadline) return -1;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return exit_code_;
+}
+
+std::string background_process::log() const {
+    std::ifstream in(log_path_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+int free_port() {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr {};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr));
+    socklen_t len = sizeof(addr);
+    getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len);
+    const int port = ntohs(addr.sin_port);
+    close(fd);
+    return port;
+}
+
+bool wait_for_port(const std::string & host, int port, int timeout_ms) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (std::chrono::steady_clock::now() < deadline) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in addr {};
+        addr.sin_family = AF_INET;
+        addr.sin_port = htons(static_cast<uint16_t>(port));
+        inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
+        const bool ok = connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) == 0;
+        close(fd);
+        if (ok) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+}
+
+}  // namespace skippy::testing

@@ -58,3 +58,35 @@ command_result run_command(const std::vector<std::string> & argv, int timeout_s 
 std::string make_temp_dir(const std::string & tag);
 
 }  // namespace skippy::testing
+
+namespace skippy::testing {
+
+// A child process running in the background (a stage server); killed on destruction.
+class background_process {
+public:
+    // Starts argv; stdout and stderr go to `log_path`.
+    background_process(const std::vector<std::string> & argv, const std::string & log_path);
+    ~background_process();
+    background_process(const background_process &) = delete;
+    background_process & operator=(const background_process &) = delete;
+
+    int pid() const { return pid_; }
+    bool running();
+    void kill_now(int signal = 9);
+    // Waits for exit up to timeout_ms; returns the exit code (128 + signal), or -1.
+    int wait(int timeout_ms);
+    std::string log() const;
+
+private:
+    int         pid_ = -1;
+    int         exit_code_ = -1;
+    std::string log_path_;
+};
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int free_port();
+
+// Waits until something accepts connections on host:port (up to timeout_ms).
+bool wait_for_port(const std::string & host, int port, int timeout_ms);
+
+}  // namespace skippy::testing

@@ -1,0 +1,96 @@
+// skippy serve-stage: run stage I >= 1 of a topology; skippy split-plan: print an even
+// topology for a model.
+#include "base/log.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "transport/stage_server.h"
+
+#include <csignal>
+#include <cstdio>
+
+namespace skippy::cli {
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+extern "C" void on_stop_signal(int) { g_stop = 1; }
+
+struct serve_stage_options {
+    std::string   topology_path;
+    int32_t       stage_index = 1;
+    runtime_flags runtime;
+};
+
+int run_serve_stage(const serve_stage_options & o) {
+    // Before anything can announce readiness: a signal from then on stops cleanly.
+    std::signal(SIGINT, on_stop_signal);
+    std::signal(SIGTERM, on_stop_signal);
+    auto topo = transport::topology::load(o.topology_path);
+    if (!topo.is_ok()) return fail(topo.error());
+    if (o.stage_index < 1 || o.stage_index >= topo->n_stages()) {
+        return fail(make_error(error_code::invalid_argument, "--stage must be in [1, " + std::to_string(topo->n_stages() - 1) +
+                                                                 "]; stage 0 runs inside generate or serve"));
+    }
+    auto file = load_gguf(topo->model_path);
+    if (!file.is_ok()) return fail(file.error());
+    auto hp = model_hparams::from_gguf(**file);
+    if (!hp.is_ok()) return fail(hp.error());
+    status valid = topo->validate(hp->n_layer);
+    if (!valid.is_ok()) return fail(valid);
+
+    const auto & spec = topo->stages[static_cast<size_t>(o.stage_index)];
+    stage_options so = to_stage_options(o.runtime);
+    so.layers = spec.layers;
+    auto st = stage::load(*file, so);
+    if (!st.is_ok()) return fail(st.error());
+    auto listener = transport::tcp_listener::listen(spec.address);
+    if (!listener.is_ok()) return fail(listener.error());
+    SKIPPY_LOG_INFO("stage %d of %d: layers [%d, %d) of %s, listening on %s, %d lanes, %d threads, ctx %d", o.stage_index,
+                    topo->n_stages(), spec.layers.start, spec.layers.end, topo->model_path.c_str(), spec.address.to_string().c_str(),
+                    (*st)->n_lanes(), (*st)->n_threads(), (*st)->ctx_size());
+    transport::stage_server server(std::move(st).value(), o.stage_index, *topo, std::move(listener).value(),
+                                   to_chain_options(o.runtime));
+    server.start();
+    while (!g_stop) pause();
+    SKIPPY_LOG_INFO("stage %d: stopping", o.stage_index);
+    server.stop();
+    return 0;
+}
+
+struct split_plan_options {
+    std::string model_path;
+    int32_t     stages = 2;
+    int32_t     base_port = 7100;
+    std::string host = "127.0.0.1";
+};
+
+int run_split_plan(const split_plan_options & o) {
+    auto file = load_gguf(o.model_path);
+    if (!file.is_ok()) return fail(file.error());
+    auto hp = model_hparams::from_gguf(**file);
+    if (!hp.is_ok()) return fail(hp.error());
+    auto topo = transport::even_split(o.model_path, hp->n_layer, o.stages, o.host, static_cast<uint16_t>(o.base_port));
+    if (!topo.is_ok()) return fail(topo.error());
+    std::printf("%s\n", topo->to_json().c_str());
+    return 0;
+}
+
+}  // namespace
+
+void add_stage_commands(CLI::App & app, command_runner & run) {
+    auto s = std::make_shared<serve_stage_options>();
+    CLI::App * serve = app.add_subcommand("serve-stage", "Run stage I >= 1 of a topology (stage 0 runs in generate or serve)");
+    serve->add_option("--topology", s->topology_path, "Topology file")->required()->check(CLI::ExistingFile);
+    serve->add_option("--stage", s->stage_index, "Index of the stage to run")->required()->check(CLI::Range(1, 63));
+    add_runtime_flags(serve, s->runtime, 1);
+    serve->callback([&run, s] { run = [s] { return run_serve_stage(*s); }; });
+
+    auto p = std::make_shared<split_plan_options>();
+    CLI::App * plan = app.add_subcommand("split-plan", "Print an even topology for a model");
+    plan->add_option("-m,--model", p->model_path, "GGUF model file")->required()->check(CLI::ExistingFile);
+    plan->add_option("--stages", p->stages, "Number of stages")->required()->check(CLI::Range(1, 64));
+    plan->add_option("--base-port", p->base_port, "Port of stage 0; stage i listens on base + i")->check(CLI::Range(1, 65535))->capture_default_str();
+    plan->add_option("--host", p->host, "Host of every endpoint")->capture_default_str();
+    plan->callback([&run, p] { run = [p] { return run_split_plan(*p); }; });
+}
+
+}  // namespace skippy::cli

@@ -1,0 +1,125 @@
+#include "transport/link.h"
+
+#include <thread>
+
+namespace skippy::transport {
+
+status stage_link::annotate(const status & st) const {
+    return st.is_ok() ? st : st.with_context(peer_name_);
+}
+
+status stage_link::write_frame(const std::vector<uint8_t> & bytes) {
+    if (!socket_.valid()) return make_error(error_code::unavailable, peer_name_ + ": not connected");
+    if (options_.wire_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options_.wire_delay_ms));
+    return annotate(socket_.write_all(bytes));
+}
+
+status stage_link::send_request(const protocol::request & r) {
+    SKIPPY_TRY(protocol::validate_request(r, options_.limits));
+    return write_frame(protocol::encode_request(r));
+}
+
+status stage_link::send_reply(const protocol::reply & r) {
+    SKIPPY_TRY(protocol::validate_reply(r, options_.limits));
+    return write_frame(protocol::encode_reply(r));
+}
+
+void stage_link::fail(uint64_t request_id, const status & st) {
+    if (socket_.valid()) {
+        (void)send_reply(protocol::make_error_reply(request_id, st, options_.limits));
+    }
+    socket_.close();
+}
+
+status stage_link::read_frame(std::vector<uint8_t> & frame, clock::time_point deadline) {
+    if (!socket_.valid()) return make_error(error_code::unavailable, peer_name_ + ": not connected");
+    uint8_t head[4];
+    SKIPPY_TRY(annotate(socket_.read_exact(head, deadline)));
+    SKIPPY_ASSIGN_OR_RETURN(uint32_t total, protocol::peek_frame_length(head, options_.limits));
+    frame.resize(total);
+    std::copy(head, head + 4, frame.begin());
+    return annotate(socket_.read_exact(std::span<uint8_t>(frame).subspan(4), deadline));
+}
+
+result<protocol::request> stage_link::read_request(clock::time_point deadline) {
+    std::vector<uint8_t> frame;
+    SKIPPY_TRY(read_frame(frame, deadline));
+    auto r = protocol::decode_request(frame, options_.limits);
+    if (!r.is_ok()) return annotate(r.error());
+    return r;
+}
+
+result<protocol::reply> stage_link::read_reply(clock::time_point deadline) {
+    std::vector<uint8_t> frame;
+    SKIPPY_TRY(read_frame(frame, deadline));
+    auto r = protocol::decode_reply(frame, options_.limits);
+    if (!r.is_ok()) return annotate(r.error());
+    return r;
+}
+
+result<stage_link> connect_link(const endpoint & ep, protocol::hello hello, const link_options & options,
+                                const std::string & peer_name) {
+    auto dialed = dial(ep, options.connect_timeout);
+    if (!dialed.is_ok()) return dialed.error().with_context(peer_name);
+    tcp_socket socket = std::move(dialed).value();
+    hello.auth_token = options.auth_token;
+    SKIPPY_TRY(socket.write_all(protocol::encode_hello(hello)));
+    const auto deadline = clock::now() + options.handshake_timeout;
+    std::vector<uint8_t> reply(protocol::hello_reply_fixed_bytes);
+    SKIPPY_TRY(socket.read_exact(reply, deadline).with_context(peer_name + " handshake"));
+    SKIPPY_ASSIGN_OR_RETURN(size_t total, protocol::peek_hello_reply_length(reply, options.limits));
+    reply.resize(total);
+    SKIPPY_TRY(socket.read_exact(std::span<uint8_t>(reply).subspan(protocol::hello_reply_fixed_bytes), deadline)
+                   .with_context(peer_name + " handshake"));
+    SKIPPY_ASSIGN_OR_RETURN(protocol::hello_reply answer, protocol::decode_hello_reply(reply, options.limits));
+    SKIPPY_TRY(protocol::check_hello_reply(answer).with_context(peer_name + " refused the connection"));
+    return stage_link(std::move(socket), options, peer_name);
+}
+
+result<protocol::hello> answer_hello(tcp_socket & socket, const link_options & options,
+                                     const std::function<status(const protocol::hello &)> & accept_hello) {
+    const auto deadline = clock::now() + options.handshake_timeout;
+    auto refuse = [&](protocol::hello_status why, const std::string & reason) {
+        protocol::hello_reply r;
+        r.status = why;
+        r.reason = reason.substr(0, options.limits.max_error_message_bytes);
+        (void)socket.write_all(protocol::encode_hello_reply(r));
+    };
+    std::vector<uint8_t> buf(protocol::hello_prefix_bytes);
+    SKIPPY_TRY(socket.read_exact(buf, deadline));
+    auto version = protocol::peek_hello_version(buf);
+    if (!version.is_ok()) return version.error();  // not our protocol at all: just close
+    if (*version != protocol::protocol_version) {
+        (void)socket.write_all(protocol::encode_hello_reply(protocol::refuse_version(*version)));
+        return make_error(error_code::unsupported, protocol::refuse_version(*version).reason);
+    }
+    buf.resize(protocol::hello_fixed_bytes);
+    SKIPPY_TRY(socket.read_exact(std::span<uint8_t>(buf).subspan(protocol::hello_prefix_bytes), deadline));
+    auto total = protocol::peek_hello_length(buf, options.limits);
+    if (!total.is_ok()) {
+        refuse(protocol::hello_status::bad_request, total.error().message());
+        return total.error();
+    }
+    buf.resize(*total);
+    SKIPPY_TRY(socket.read_exact(std::span<uint8_t>(buf).subspan(protocol::hello_fixed_bytes), deadline));
+    auto hello = protocol::decode_hello(buf, options.limits);
+    if (!hello.is_ok()) {
+        refuse(protocol::hello_status::bad_request, hello.error().message());
+        return hello.error();
+    }
+    protocol::hello_reply decision = protocol::decide_hello(*hello, options.auth_token);
+    if (decision.status != protocol::hello_status::ok) {
+        (void)socket.write_all(protocol::encode_hello_reply(decision));
+        return make_error(error_code::permission, decision.reason);
+    }
+    status accepted = accept_hello(*hello);
+    if (!accepted.is_ok()) {
+        refuse(accepted.code() == error_code::unavailable ? protocol::hello_status::busy : protocol::hello_status::bad_request,
+               accepted.message());
+        return accepted;
+    }
+    SKIPPY_TRY(socket.write_all(protocol::encode_hello_reply(protocol::hello_reply{})));
+    return hello;
+}
+
+}  // namespace skippy::transport

@@ -1,0 +1,86 @@
+// TCP plumbing for stage links: endpoints, dialing with a timeout, listening, and
+// whole-buffer reads and writes that wait with poll (so a peer that stops talking is a
+// timeout, and a closed peer is an error, never a hang).
+#pragma once
+
+#include "base/status.h"
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace skippy::transport {
+
+struct endpoint {
+    std::string host;  // numeric address or name
+    uint16_t    port = 0;
+
+    // "127.0.0.1:7100", "[::1]:7100", "localhost:7100".
+    static result<endpoint> parse(const std::string & text);
+    std::string to_string() const;
+    bool operator==(const endpoint &) const = default;
+};
+
+using clock = std::chrono::steady_clock;
+
+// An owned, connected TCP socket (TCP_NODELAY set).
+class tcp_socket {
+public:
+    tcp_socket() = default;
+    explicit tcp_socket(int fd) : fd_(fd) {}
+    ~tcp_socket() { close(); }
+    tcp_socket(tcp_socket && o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+    tcp_socket & operator=(tcp_socket && o) noexcept;
+    tcp_socket(const tcp_socket &) = delete;
+    tcp_socket & operator=(const tcp_socket &) = delete;
+
+    bool valid() const { return fd_ >= 0; }
+    int fd() const { return fd_; }
+    void close();
+    // Wakes any thread blocked on this socket (its reads fail); the fd stays owned.
+    void shutdown();
+
+    // Writes all of `data`. An error (peer gone) is `unavailable`.
+    status write_all(std::span<const uint8_t> data);
+    // Reads exactly out.size() bytes before `deadline`. EOF or reset is `unavailable`,
+    // the deadline `unavailable` with "timed out".
+    status read_exact(std::span<uint8_t> out, clock::time_point deadline);
+
+private:
+    int fd_ = -1;
+};
+
+// Dials `ep`, giving up after `timeout`.
+result<tcp_socket> dial(const endpoint & ep, std::chrono::milliseconds timeout);
+
+class tcp_listener {
+public:
+    tcp_listener() = default;
+    ~tcp_listener() { close(); }
+    tcp_listener(tcp_listener && o) noexcept : fd_(o.fd_), port_(o.port_) { o.fd_ = -1; }
+    tcp_listener & operator=(tcp_listener && o) noexcept;
+    tcp_listener(const tcp_listener &) = delete;
+    tcp_listener & operator=(const tcp_listener &) = delete;
+
+    // Binds and listens (port 0 picks a free port; see port()).
+    static result<tcp_listener> listen(const endpoint & ep);
+
+    uint16_t port() const { return port_; }
+    bool valid() const { return fd_ >= 0; }
+    // Waits up to `timeout` for a connection; `unavailable` on timeout or after close().
+    result<tcp_socket> accept(std::chrono::milliseconds timeout);
+    // Stops accepting; wakes a thread blocked in accept().
+    void close();
+
+private:
+    int      fd_ = -1;
+    uint16_t port_ = 0;
+};
+
+// Waits until one of the sockets is readable (or closed) or the deadline passes.
+// Returns the index of a readable socket, or -1 on timeout.
+int wait_readable(std::span<const int> fds, clock::time_point deadline);
+
+}  // namespace skippy::transport

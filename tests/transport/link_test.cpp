@@ -1,0 +1,144 @@
+// Handshakes and framing over real loopback sockets.
+#include "transport/link.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace skippy::transport {
+namespace {
+
+struct listener_fixture {
+    tcp_listener listener;
+    endpoint     ep;
+    listener_fixture() {
+        auto l = tcp_listener::listen({"127.0.0.1", 0});
+        EXPECT_TRUE(l.is_ok());
+        listener = std::move(l).value();
+        ep = {"127.0.0.1", listener.port()};
+    }
+};
+
+link_options options_with_token(const std::string & token) {
+    link_options o;
+    o.auth_token = token;
+    o.handshake_timeout = std::chrono::milliseconds(2000);
+    return o;
+}
+
+// Runs answer_hello on the next accepted connection in a thread.
+struct acceptor {
+    std::thread           thread;
+    result<protocol::hello> outcome = make_error(error_code::internal, "not run");
+    tcp_socket            socket;
+    acceptor(tcp_listener & l, const link_options & o, std::function<status(const protocol::hello &)> accept) {
+        thread = std::thread([&, o, accept] {
+            auto s = l.accept(std::chrono::milliseconds(3000));
+            if (!s.is_ok()) { outcome = s.error(); return; }
+            socket = std::move(s).value();
+            outcome = answer_hello(socket, o, accept);
+        });
+    }
+    ~acceptor() { if (thread.joinable()) thread.join(); }
+};
+
+status accept_all(const protocol::hello &) { return status::ok(); }
+
+TEST(link, HandshakeThenFramesBothWays) {
+    listener_fixture f;
+    acceptor a(f.listener, options_with_token(""), accept_all);
+    protocol::hello h;
+    h.lane = 3;
+    h.sender_stage = 1;
+    auto link = connect_link(f.ep, h, options_with_token(""), "peer");
+    a.thread.join();
+    ASSERT_TRUE(link.is_ok()) << link.error().to_string();
+    ASSERT_TRUE(a.outcome.is_ok());
+    EXPECT_EQ(a.outcome->lane, 3u);
+    stage_link server(std::move(a.socket), options_with_token(""), "client");
+
+    protocol::request r;
+    r.kind = protocol::message_kind::stop;
+    r.request_id = 42;
+    r.state.phase = protocol::message_phase::control;
+    ASSERT_TRUE(link->send_request(r).is_ok());
+    auto got = server.read_request(clock::now() + std::chrono::seconds(2));
+    ASSERT_TRUE(got.is_ok()) << got.error().to_string();
+    EXPECT_EQ(got->request_id, 42u);
+    server.fail(42, make_error(error_code::runtime, "out of KV blocks"));
+    auto reply = link->read_reply(clock::now() + std::chrono::seconds(2));
+    ASSERT_TRUE(reply.is_ok());
+    EXPECT_EQ(reply->kind, protocol::message_kind::error);
+    EXPECT_EQ(protocol::error_reply_status(*reply).code(), error_code::runtime);
+    auto after = link->read_reply(clock::now() + std::chrono::seconds(2));
+    EXPECT_FALSE(after.is_ok()) << "fail() closes the link";
+}
+
+TEST(link, WrongAuthTokenIsRefusedWithAReason) {
+    listener_fixture f;
+    acceptor a(f.listener, options_with_token("secret"), accept_all);
+    auto link = connect_link(f.ep, protocol::hello{}, options_with_token("guess"), "stage 1");
+    a.thread.join();
+    ASSERT_FALSE(link.is_ok());
+    EXPECT_EQ(link.error().code(), error_code::permission);
+    EXPECT_FALSE(a.outcome.is_ok());
+    EXPECT_EQ(link.error().message().find("guess"), std::string::npos) << "never echoes a token";
+}
+
+TEST(link, AcceptorDecisionIsRelayedToTheDialer) {
+    listener_fixture f;
+    acceptor a(f.listener, options_with_token(""), [](const protocol::hello &) {
+        return make_error(error_code::invalid_argument, "lane 9 does not exist");
+    });
+    auto link = connect_link(f.ep, protocol::hello{}, options_with_token(""), "stage 1");
+    a.thread.join();
+    ASSERT_FALSE(link.is_ok());
+    EXPECT_NE(link.error().message().find("lane 9 does not exist"), std::string::npos) << link.error().message();
+}
+
+TEST(link, PeerSpeakingAnotherVersionGetsAClearRefusal) {
+    listener_fixture f;
+    acceptor a(f.listener, options_with_token(""), accept_all);
+    auto s = dial(f.ep, std::chrono::milliseconds(2000));
+    ASSERT_TRUE(s.is_ok());
+    protocol::hello h;
+    auto bytes = protocol::encode_hello(h);
+    bytes[4] = 9;  // version 9
+    ASSERT_TRUE(s->write_all(bytes).is_ok());
+    std::vector<uint8_t> reply(protocol::hello_reply_fixed_bytes);
+    ASSERT_TRUE(s->read_exact(reply, clock::now() + std::chrono::seconds(2)).is_ok());
+    auto len = protocol::peek_hello_reply_length(reply, {});
+    ASSERT_TRUE(len.is_ok());
+    reply.resize(*len);
+    ASSERT_TRUE(s->read_exact(std::span<uint8_t>(reply).subspan(protocol::hello_reply_fixed_bytes), clock::now() + std::chrono::seconds(2)).is_ok());
+    auto decoded = protocol::decode_hello_reply(reply, {});
+    ASSERT_TRUE(decoded.is_ok());
+    EXPECT_EQ(decoded->status, protocol::hello_status::version_mismatch);
+    EXPECT_NE(decoded->reason.find("9"), std::string::npos) << decoded->reason;
+    a.thread.join();
+    EXPECT_EQ(a.outcome.error().code(), error_code::unsupported);
+}
+
+TEST(link, ReadsTimeOutInsteadOfHanging) {
+    listener_fixture f;
+    acceptor a(f.listener, options_with_token(""), accept_all);
+    auto link = connect_link(f.ep, protocol::hello{}, options_with_token(""), "silent peer");
+    a.thread.join();
+    ASSERT_TRUE(link.is_ok());
+    auto r = link->read_reply(clock::now() + std::chrono::milliseconds(100));
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.error().message().find("timed out"), std::string::npos);
+}
+
+TEST(link, DialingNobodyFailsFast) {
+    auto l = tcp_listener::listen({"127.0.0.1", 0});
+    ASSERT_TRUE(l.is_ok());
+    const uint16_t port = l->port();
+    l->close();
+    auto link = connect_link({"127.0.0.1", port}, protocol::hello{}, options_with_token(""), "stage 1 (127.0.0.1)");
+    EXPECT_FALSE(link.is_ok());
+    EXPECT_NE(link.error().message().find("stage 1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace skippy::transport

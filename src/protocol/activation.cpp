@@ -6,6 +6,8 @@
 #include "protocol/wire.h"
 
 #include <cassert>
+#include <string>
+#include <string_view>
 
 namespace skippy::protocol {
 
@@ -37,15 +39,15 @@ namespace wire {
 
 size_t activation_elem_bytes(activation_dtype dtype) { return dtype == activation_dtype::f32 ? 4 : 2; }
 
-void put_activation(std::vector<uint8_t> & out, const activation_frame & a, uint32_t n_tokens, activation_dtype wire_dtype) {
-    assert(a.values.size() == static_cast<size_t>(n_tokens) * a.n_embd);
+void put_activation(std::vector<uint8_t> & out, const activation_frame & a, uint32_t n_rows, activation_dtype wire_dtype) {
+    assert(a.values.size() == static_cast<size_t>(n_rows) * a.n_embd);
     byte_writer w(out);
     w.put_u8(static_cast<uint8_t>(wire_dtype));
     w.put_zeros(3);
     w.put_u32(a.producer_stage);
     w.put_u32(a.layer_start);
     w.put_u32(a.layer_end);
-    w.put_u32(n_tokens);
+    w.put_u32(n_rows);
     w.put_u32(a.n_embd);
     // The values are the bulk of a frame (up to hundreds of MiB): size the buffer once
     // and store each little-endian value in place rather than appending byte by byte.
@@ -65,7 +67,8 @@ void put_activation(std::vector<uint8_t> & out, const activation_frame & a, uint
     }
 }
 
-status get_activation(field_reader & r, uint32_t n_tokens, const protocol_limits & limits, activation_frame & a) {
+status get_activation(field_reader & r, uint32_t n_rows, std::string_view rows_rule, const protocol_limits & limits,
+                      activation_frame & a) {
     uint8_t dtype = 0;
     const size_t dtype_at = r.offset();
     SKIPPY_TRY(r.u8("activation.dtype", dtype));
@@ -87,12 +90,13 @@ status get_activation(field_reader & r, uint32_t n_tokens, const protocol_limits
         return r.fail("activation.layer_end", end_at,
                       num(a.layer_end) + " is below layer_start " + num(a.layer_start));
     }
-    uint32_t wire_tokens = 0;
-    const size_t tokens_at = r.offset();
-    SKIPPY_TRY(r.u32("activation.n_tokens", wire_tokens));
-    if (wire_tokens != n_tokens) {
-        return r.fail("activation.n_tokens", tokens_at,
-                      num(wire_tokens) + " differs from the request's token_count " + num(n_tokens));
+    uint32_t wire_rows = 0;
+    const size_t rows_at = r.offset();
+    SKIPPY_TRY(r.u32("activation.n_tokens", wire_rows));
+    if (wire_rows != n_rows) {
+        return r.fail("activation.n_tokens", rows_at,
+                      num(wire_rows) + " differs from the request's " + num(n_rows) + " rows (" +
+                          std::string(rows_rule) + ")");
     }
     const size_t embd_at = r.offset();
     SKIPPY_TRY(r.u32("activation.n_embd", a.n_embd));
@@ -102,12 +106,12 @@ status get_activation(field_reader & r, uint32_t n_tokens, const protocol_limits
     }
     // Both factors are below 2^32, so the product of three fits in 64 bits; it is
     // compared with what the frame holds before anything is allocated.
-    const uint64_t n_values = static_cast<uint64_t>(n_tokens) * a.n_embd;
+    const uint64_t n_values = static_cast<uint64_t>(n_rows) * a.n_embd;
     const uint64_t n_bytes = n_values * activation_elem_bytes(a.dtype);
     const size_t data_at = r.offset();
     if (n_bytes != r.remaining()) {
         return r.fail("activation.values", data_at,
-                      "n_tokens " + num(n_tokens) + " x n_embd " + num(a.n_embd) + " x " +
+                      "n_tokens " + num(n_rows) + " x n_embd " + num(a.n_embd) + " x " +
                           num(activation_elem_bytes(a.dtype)) + " bytes = " + num(n_bytes) + ", but " +
                           num(r.remaining()) + " bytes follow");
     }

@@ -41,7 +41,8 @@ namespace skippy::protocol {
 
 // Version of the whole wire format (handshake and frames). A change to any byte of
 // the format bumps it and updates docs/protocol.md and the golden tests together.
-inline constexpr uint16_t protocol_version = 1;
+// Version 2: TryRestorePrefillDecode carries the current token's activation row.
+inline constexpr uint16_t protocol_version = 2;
 // Version of the state header inside a request.
 inline constexpr uint16_t state_header_version = 1;
 
@@ -160,7 +161,7 @@ result<hello_reply> decode_hello_reply(std::span<const uint8_t> bytes, const pro
 // differ, unauthorized when `auth_token` is not empty and differs from the peer's
 // (compared in time independent of where they differ), else ok. Lane ranges and busy
 // lanes are the transport's to check. The reason names what was wrong, e.g. "peer
-// speaks protocol version 2, this stage speaks 1"; it never echoes a token.
+// speaks protocol version 1, this stage speaks 2"; it never echoes a token.
 hello_reply decide_hello(const hello & peer, std::string_view auth_token);
 
 // The refusal for a peer whose hello announced `peer_version` != protocol_version.
@@ -299,7 +300,7 @@ stats_block merge_stats(const stats_block & a, const stats_block & b);
 // Requests
 
 // What a request does to the session. `none` is a session's idle state; no request
-// carries it in version 1 (see the per-kind rules).
+// carries it (see the per-kind rules).
 enum class message_phase : uint8_t { none = 0, prefill = 1, decode = 2, control = 3 };
 
 // The session state a request carries (DESIGN §5), checked by every stage.
@@ -347,8 +348,8 @@ struct generation_config {
 
 enum class activation_dtype : uint8_t { f32 = 0, f16 = 1, bf16 = 2 };
 
-// Hidden states one stage hands the next: [n_embd, n_tokens], token-major
-// (values[t * n_embd + e]), where n_tokens is the request's token count.
+// Hidden states one stage hands the next: [n_embd, n_rows], token-major
+// (values[t * n_embd + e]), where n_rows is activation_rows() of the request.
 struct activation_frame {
     // Encode: the preferred wire type, used only when every value converts to it and
     // back exactly (else f32 goes on the wire). Decode: the type that was on the wire.
@@ -357,7 +358,7 @@ struct activation_frame {
     uint32_t           layer_start = 0;  // [layer_start, layer_end): layers already applied
     uint32_t           layer_end = 0;
     uint32_t           n_embd = 0;       // >= 1
-    std::vector<float> values;           // finite; n_tokens * n_embd of them
+    std::vector<float> values;           // finite; activation_rows * n_embd of them
 
     bool operator==(const activation_frame &) const = default;
 };
@@ -368,11 +369,18 @@ activation_dtype choose_activation_dtype(std::span<const float> values, activati
 
 // One request frame. The flag bits on the wire follow from what is present:
 // generation (bit 0), positions non-empty (bit 1), activation (bit 2).
+//
+// TryRestorePrefillDecode is the one kind whose tokens are not what its activation
+// describes: `tokens` is the prefix to restore from the prefix cache (all or nothing),
+// and the request then decodes state.current_token at pos_start + token count, so its
+// activation is that single token's row (see activation_rows).
 struct request {
     message_kind         kind = message_kind::prefill;
     uint64_t             request_id = 0;
     uint64_t             session_id = 0;
-    int64_t              pos_start = 0;  // >= 0; pos_start + token count <= 2^31 - 1
+    // >= 0; pos_start + token count (+ 1 for TryRestorePrefillDecode's decoded token)
+    // <= 2^31 - 1, so every position fits an i32.
+    int64_t              pos_start = 0;
     state_header         state;
     stats_block          stats;          // accumulated as the request travels downstream
     std::vector<int32_t> tokens;         // token ids, each >= 0
@@ -382,6 +390,11 @@ struct request {
 
     bool operator==(const request &) const = default;
 };
+
+// Rows (n_tokens) of the activation a request of `kind` with `token_count` tokens
+// carries: 1 for TryRestorePrefillDecode (the current token's hidden state), else one
+// per token. The validator, the encoder and the decoder all size activations by it.
+uint32_t activation_rows(message_kind kind, uint32_t token_count);
 
 // The per-kind rules and every field's range (docs/protocol.md), plus the encoded size
 // against limits.max_frame_bytes. Names the offending field.

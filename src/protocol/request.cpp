@@ -33,7 +33,7 @@ constexpr size_t at_phase = 38;
 constexpr size_t at_state_flags = 39;
 constexpr size_t at_prompt_token_count = 40;
 constexpr size_t at_current_token = 48;
-constexpr size_t at_tokens = request_fixed_bytes;
+[[maybe_unused]] constexpr size_t at_tokens = request_fixed_bytes;  // only asserted on
 
 // Size of the generation config without its logit bias entries and cache key.
 constexpr size_t generation_fixed_bytes = 40 + 4 + 1 + 4 + 2;
@@ -49,29 +49,40 @@ struct kind_rule {
     presence      positions;
     presence      generation;
     presence      activation;
+    // state.current_token follows the tokens: the request decodes it at
+    // pos_start + token_count, so it must be >= 0, takes one more position, and the
+    // activation is its row alone (activation_rows). Only TryRestorePrefillDecode,
+    // whose tokens are a cached prefix to restore rather than tokens to compute.
+    bool          decodes_current_token;
 };
 
 constexpr uint32_t any = std::numeric_limits<uint32_t>::max();
 using enum presence;
 
 constexpr kind_rule kind_rules[] = {
-    {message_kind::prefill,                    message_phase::prefill, 1, any, optional,  forbidden, optional},
-    {message_kind::prefill_final,              message_phase::prefill, 1, any, optional,  forbidden, optional},
-    {message_kind::decode,                     message_phase::decode,  1, 1,   optional,  forbidden, optional},
-    {message_kind::stop,                       message_phase::control, 0, 0,   forbidden, forbidden, forbidden},
-    {message_kind::configure_generation,       message_phase::control, 0, any, forbidden, required,  forbidden},
-    {message_kind::probe_prefill,              message_phase::control, 1, any, forbidden, forbidden, forbidden},
-    {message_kind::restore_prefill,            message_phase::control, 1, any, forbidden, forbidden, forbidden},
-    {message_kind::try_restore_prefill,        message_phase::control, 1, any, forbidden, forbidden, forbidden},
-    {message_kind::try_restore_prefill_decode, message_phase::decode,  1, any, forbidden, forbidden, forbidden},
-    {message_kind::trim_session,               message_phase::control, 0, 0,   forbidden, forbidden, forbidden},
-    {message_kind::prediction_return_open,     message_phase::control, 0, 0,   forbidden, forbidden, forbidden},
+    {message_kind::prefill,                    message_phase::prefill, 1, any, optional,  forbidden, optional,  false},
+    {message_kind::prefill_final,              message_phase::prefill, 1, any, optional,  forbidden, optional,  false},
+    {message_kind::decode,                     message_phase::decode,  1, 1,   optional,  forbidden, optional,  false},
+    {message_kind::stop,                       message_phase::control, 0, 0,   forbidden, forbidden, forbidden, false},
+    {message_kind::configure_generation,       message_phase::control, 0, any, forbidden, required,  forbidden, false},
+    {message_kind::probe_prefill,              message_phase::control, 1, any, forbidden, forbidden, forbidden, false},
+    {message_kind::restore_prefill,            message_phase::control, 1, any, forbidden, forbidden, forbidden, false},
+    {message_kind::try_restore_prefill,        message_phase::control, 1, any, forbidden, forbidden, forbidden, false},
+    {message_kind::try_restore_prefill_decode, message_phase::decode,  1, any, forbidden, forbidden, required,  true},
+    {message_kind::trim_session,               message_phase::control, 0, 0,   forbidden, forbidden, forbidden, false},
+    {message_kind::prediction_return_open,     message_phase::control, 0, 0,   forbidden, forbidden, forbidden, false},
 };
 static_assert(std::size(kind_rules) == static_cast<size_t>(message_kind::prediction_return_open));
 
 const kind_rule & rule_for(message_kind kind) {
     assert(is_request_kind(kind));
     return kind_rules[static_cast<size_t>(kind) - 1];
+}
+
+// Why a request of `kind` has the activation rows it has, for error messages.
+std::string_view rows_rule(message_kind kind) {
+    return is_request_kind(kind) && rule_for(kind).decodes_current_token ? "the current token's row only"
+                                                                         : "one per token";
 }
 
 std::string_view phase_name(message_phase p) {
@@ -135,11 +146,14 @@ check check_shape(const request_shape & s, const protocol_limits & limits) {
         return problem{"token_count", at_token_count, kind_name + " needs " + want + " tokens, has " + num(s.token_count)};
     }
     if (s.pos_start < 0) return problem{"pos_start", at_pos_start, wire::num_signed(s.pos_start) + " is negative"};
-    // Every position of the message must fit an i32 (explicit positions are i32).
+    // Every position of the message must fit an i32 (explicit positions are i32),
+    // including that of a current token decoded after the tokens.
     constexpr int64_t max_position_end = std::numeric_limits<int32_t>::max();
-    if (s.pos_start > max_position_end - static_cast<int64_t>(s.token_count)) {
+    const int64_t n_positions = static_cast<int64_t>(s.token_count) + (rule.decodes_current_token ? 1 : 0);
+    if (s.pos_start > max_position_end - n_positions) {
         return problem{"pos_start", at_pos_start,
                        "pos_start " + wire::num_signed(s.pos_start) + " + token_count " + num(s.token_count) +
+                           (rule.decodes_current_token ? " + 1 (the decoded current token)" : "") +
                            " passes 2^31 - 1"};
     }
     if (auto p = check_presence("positions", rule.positions, (s.flags & flag_positions) != 0, s.kind)) return p;
@@ -174,8 +188,8 @@ check check_shape(const request_shape & s, const protocol_limits & limits) {
                        "prefill ends at " + wire::num_signed(end) + ", past the prompt's " +
                            num(st.prompt_token_count) + " tokens"};
     }
-    if (s.kind == message_kind::try_restore_prefill_decode && st.current_token < 0) {
-        return problem{"state.current_token", at_current_token, "try_restore_prefill_decode needs a current token"};
+    if (rule.decodes_current_token && st.current_token < 0) {
+        return problem{"state.current_token", at_current_token, kind_name + " needs a current token"};
     }
     return std::nullopt;
 }
@@ -333,6 +347,12 @@ status get_non_negative_i32s(wire::field_reader & r, std::string_view field, uin
 
 // ---------------------------------------------------------------------------------
 
+uint32_t activation_rows(message_kind kind, uint32_t token_count) {
+    // A non-request kind has no activation; answering token_count keeps this total.
+    if (is_request_kind(kind) && rule_for(kind).decodes_current_token) return 1;
+    return token_count;
+}
+
 status validate_request(const request & r, const protocol_limits & limits) {
     if (auto p = check_shape(shape_of(r), limits)) return to_argument_error(*p);
     for (size_t i = 0; i < r.tokens.size(); ++i) {
@@ -390,9 +410,12 @@ status validate_request(const request & r, const protocol_limits & limits) {
             return to_argument_error({"activation.n_embd", 0, wire::num(a.n_embd) + " is outside [1, max_embd " +
                                                                   wire::num(limits.max_embd) + "]"});
         }
-        if (a.values.size() != r.tokens.size() * a.n_embd) {
+        // check_shape() above bounded the token count by max_tokens_per_message: it fits u32.
+        const uint64_t rows = activation_rows(r.kind, static_cast<uint32_t>(r.tokens.size()));
+        if (a.values.size() != rows * a.n_embd) {
             return to_argument_error({"activation.values", 0, wire::num(a.values.size()) + " values for " +
-                                                                  wire::num(r.tokens.size()) + " tokens x n_embd " +
+                                                                  wire::num(rows) + " rows (" +
+                                                                  std::string(rows_rule(r.kind)) + ") x n_embd " +
                                                                   wire::num(a.n_embd)});
         }
         for (size_t i = 0; i < a.values.size(); ++i) {
@@ -438,7 +461,10 @@ std::vector<uint8_t> encode_request(const request & r) {
     for (int32_t t : r.tokens) w.put_i32(t);
     for (int32_t p : r.positions) w.put_i32(p);
     if (r.generation) put_generation(w, *r.generation);
-    if (r.activation) wire::put_activation(out, *r.activation, static_cast<uint32_t>(r.tokens.size()), wire_dtype);
+    if (r.activation) {
+        const uint32_t rows = activation_rows(r.kind, static_cast<uint32_t>(r.tokens.size()));
+        wire::put_activation(out, *r.activation, rows, wire_dtype);
+    }
     assert(out.size() == n_bytes);
     return out;
 }
@@ -478,7 +504,10 @@ result<request> decode_request(std::span<const uint8_t> frame, const protocol_li
     SKIPPY_TRY(get_non_negative_i32s(r, "tokens", token_count, out.tokens));
     if (flags & flag_positions) SKIPPY_TRY(get_non_negative_i32s(r, "positions", token_count, out.positions));
     if (flags & flag_generation) SKIPPY_TRY(get_generation(r, limits, out.generation.emplace()));
-    if (flags & flag_activation) SKIPPY_TRY(wire::get_activation(r, token_count, limits, out.activation.emplace()));
+    if (flags & flag_activation) {
+        const uint32_t rows = activation_rows(out.kind, token_count);
+        SKIPPY_TRY(wire::get_activation(r, rows, rows_rule(out.kind), limits, out.activation.emplace()));
+    }
     SKIPPY_TRY(r.expect_end());
     return out;
 }

@@ -96,10 +96,12 @@ inline constexpr size_t activation_header_bytes = 24;
 
 size_t activation_elem_bytes(activation_dtype dtype);
 // Appends the section with values converted to `wire_dtype` (the result of
-// choose_activation_dtype). REQUIRES: a.values.size() == n_tokens * a.n_embd.
-void put_activation(std::vector<uint8_t> & out, const activation_frame & a, uint32_t n_tokens, activation_dtype wire_dtype);
-// Reads the section, which must run to the end of the frame, for a request of
-// n_tokens tokens.
-status get_activation(field_reader & r, uint32_t n_tokens, const protocol_limits & limits, activation_frame & a);
+// choose_activation_dtype). n_rows is the request's activation_rows().
+// REQUIRES: a.values.size() == n_rows * a.n_embd.
+void put_activation(std::vector<uint8_t> & out, const activation_frame & a, uint32_t n_rows, activation_dtype wire_dtype);
+// Reads the section, which must run to the end of the frame and hold n_rows rows (the
+// request's activation_rows(); rows_rule says why, for the error message).
+status get_activation(field_reader & r, uint32_t n_rows, std::string_view rows_rule, const protocol_limits & limits,
+                      activation_frame & a);
 
 }  // namespace skippy::protocol::wire

@@ -65,7 +65,7 @@ TEST(protocol_golden, StatsBlockWidthsSumToTheBlockSize) {
 TEST(protocol_golden, Hello) {
     const std::string hex =
         "534b5059"   // magic "SKPY"
-        "0100"       // protocol_version 1
+        "0200"       // protocol_version 2
         "0100"       // link_kind 1: forward
         "02000000"   // lane 2
         "01000000"   // sender_stage 1
@@ -84,7 +84,7 @@ TEST(protocol_golden, Hello) {
 TEST(protocol_golden, HelloReply) {
     const std::string hex =
         "534b5059"   // magic "SKPY"
-        "0100"       // protocol_version 1
+        "0200"       // protocol_version 2
         "0400"       // status 4: busy
         "0400"       // reason_len 4
         "62757379";  // "busy"
@@ -236,10 +236,29 @@ TEST(protocol_golden, TryRestorePrefill) {
                                       "01000000 02000000"));
 }
 
+// The activation holds one row, the current token's, whatever the prefix length.
 TEST(protocol_golden, TryRestorePrefillDecode) {
     expect_request_golden(testing::sample_try_restore_prefill_decode(),
-                          control_hex("94000000", "0900", "0000000000000000", "02000000", "02", "03000000",
-                                      "01000000 02000000"));
+        "b4000000"           // frame_bytes 180 = 140 + 8 tokens + activation 24 + 2 values x 4
+        "0900"               // kind 9: try_restore_prefill_decode
+        "0400"               // flags: bit 2 (activation)
+        + ids_hex +
+        "0000000000000000"   // pos_start 0: the prefix starts at 0
+        "02000000"           // token_count 2: the prefix to restore
+        "0100 02 00"         // state: version 1, phase decode, flags 0
+        "00000000"           // prompt_token_count
+        "00000000"           // decode_step
+        "03000000"           // current_token 3, decoded at pos_start + token_count = 2
+        "00000000"           // source_stage
+        + zero_stats_hex +
+        "01000000 02000000"  // tokens 1, 2
+        "00 000000"          // activation.dtype 0: f32
+        "00000000"           // producer_stage 0
+        "00000000 02000000"  // layers [0, 2)
+        "01000000"           // n_tokens 1: the current token's row, not token_count
+        "02000000"           // n_embd 2
+        "0000003f"           // 0.5f
+        "000040c0");         // -3.0f
 }
 
 TEST(protocol_golden, TrimSession) {

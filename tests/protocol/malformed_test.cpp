@@ -50,14 +50,14 @@ TEST(protocol_malformed, HelloWithBadMagicIsRefused) {
 
 TEST(protocol_malformed, HelloFromAnotherVersionIsUnsupportedWithAClearReason) {
     hello h = testing::sample_hello();
-    h.version = 2;
+    h.version = 1;  // a stage from before kind 9 carried an activation
     const auto bytes = encode_hello(h);
     auto res = decode_hello(bytes, limits);
-    expect_refused(res, "peer speaks protocol version 2, this stage speaks 1", error_code::unsupported);
+    expect_refused(res, "peer speaks protocol version 1, this stage speaks 2", error_code::unsupported);
     expect_refused(peek_hello_length(bytes, limits), "version", error_code::unsupported);
     auto v = peek_hello_version(bytes);
     ASSERT_TRUE(v.is_ok());
-    EXPECT_EQ(*v, 2);
+    EXPECT_EQ(*v, 1);
 }
 
 TEST(protocol_malformed, HelloWithUnknownLinkKindIsRefused) {
@@ -503,9 +503,8 @@ std::vector<rule_case> rule_violations() {
     }
     {
         request r = testing::sample_try_restore_prefill_decode();
-        r.tokens = {1};
-        r.activation = testing::sample_decode().activation;
-        add("try_restore_decode with an activation", r, "may not carry an activation");
+        r.activation.reset();
+        add("try_restore_decode without an activation", r, "requires an activation");
     }
     {
         request r = testing::sample_configure_generation();
@@ -569,6 +568,12 @@ std::vector<rule_case> rule_violations() {
         add("positions past 2^31 - 1", r, "pos_start");
     }
     {
+        // The prefix ends at 2^31 - 1, but the decoded token would sit there.
+        request r = testing::sample_try_restore_prefill_decode();
+        r.pos_start = std::numeric_limits<int32_t>::max() - 2;
+        add("try_restore_decode's decoded token past 2^31 - 1", r, "the decoded current token");
+    }
+    {
         request r = testing::sample_control(message_kind::probe_prefill, {1, -5});
         add("negative token id", r, "tokens");
     }
@@ -593,6 +598,64 @@ TEST(protocol_malformed, PerKindRuleViolationsAreRefusedOnBothSides) {
         // The encoder is total for these (it asserts only on positions/tokens sizes),
         // so it can build the frame a broken peer would send.
         expect_refused(decode_request(encode_request(c.r), limits), c.field, c.code);
+    }
+}
+
+// The last start the position range allows: the decoded token at 2^31 - 2 and the end
+// of the range at 2^31 - 1, one position earlier than for a plain prefix of the same length.
+TEST(protocol_malformed, TryRestorePrefillDecodeRangeIncludesTheDecodedToken) {
+    request r = testing::sample_try_restore_prefill_decode();  // 2-token prefix
+    r.pos_start = std::numeric_limits<int32_t>::max() - 3;
+    ASSERT_TRUE(validate_request(r, limits).is_ok()) << validate_request(r, limits).to_string();
+    auto back = decode_request(encode_request(r), limits);
+    ASSERT_TRUE(back.is_ok()) << back.error().to_string();
+    request prefix_only = testing::sample_control(message_kind::try_restore_prefill, {1, 2});
+    prefix_only.pos_start = std::numeric_limits<int32_t>::max() - 2;
+    EXPECT_TRUE(validate_request(prefix_only, limits).is_ok());
+}
+
+// A TryRestorePrefillDecode frame with prefix `tokens` whose activation claims and
+// holds `rows` rows (copies of the sample's f32 row). The encoder cannot write one
+// with rows != 1 (it sizes the section by activation_rows), so the bytes are patched.
+std::vector<uint8_t> try_restore_decode_frame(std::vector<int32_t> tokens, uint32_t rows) {
+    request r = testing::sample_try_restore_prefill_decode();
+    r.tokens = std::move(tokens);
+    auto bytes = encode_request(r);
+    const size_t at = at_tokens + 4 * r.tokens.size();  // the activation section
+    const size_t row_bytes = 4 * r.activation->n_embd;
+    const std::vector<uint8_t> row(bytes.end() - static_cast<std::ptrdiff_t>(row_bytes), bytes.end());
+    bytes.resize(at + 24);
+    patch_u32(bytes, at + 16, rows);
+    for (uint32_t i = 0; i < rows; ++i) bytes.insert(bytes.end(), row.begin(), row.end());
+    reframe(bytes);
+    return bytes;
+}
+
+// The activation is the current token's row alone: not one per prefix token (the
+// rule of every other kind), and not two or none. Refused by the validator (our side)
+// and, with the frame built anyway, by the decoder (the peer's side).
+TEST(protocol_malformed, TryRestorePrefillDecodeActivationIsExactlyOneRow) {
+    auto one = decode_request(try_restore_decode_frame({1, 2, 3}, 1), limits);
+    ASSERT_TRUE(one.is_ok()) << one.error().to_string();  // the helper builds valid frames
+
+    struct row_case { const char * name; std::vector<int32_t> tokens; uint32_t rows; };
+    const row_case cases[] = {
+        {"two rows for a 3-token prefix", {1, 2, 3}, 2},
+        {"one row per prefix token (n_tokens == token_count)", {1, 2}, 2},
+        {"one row per prefix token, longer prefix", {1, 2, 3, 4}, 4},
+        {"no rows", {1, 2}, 0},
+    };
+    for (const row_case & c : cases) {
+        SCOPED_TRACE(c.name);
+        request r = testing::sample_try_restore_prefill_decode();
+        r.tokens = c.tokens;
+        r.activation->values.resize(static_cast<size_t>(c.rows) * r.activation->n_embd, 1.0f);
+        const status mine = validate_request(r, limits);
+        EXPECT_EQ(mine.code(), error_code::invalid_argument) << mine.to_string();
+        EXPECT_NE(mine.message().find("activation.values"), std::string::npos) << mine.to_string();
+        const auto bytes = try_restore_decode_frame(c.tokens, c.rows);
+        expect_refused(decode_request(bytes, limits), "activation.n_tokens");
+        expect_refused(decode_request(bytes, limits), "the current token's row only");
     }
 }
 

@@ -37,6 +37,11 @@ public:
             default: n_tokens = 1 + static_cast<uint32_t>(pick(20)); break;
         }
         r.pos_start = static_cast<int64_t>(pick(100000));
+        if (pick(20) == 0) {
+            // The last start the position range allows (kind 9 decodes one more token).
+            const int64_t extra = r.kind == message_kind::try_restore_prefill_decode ? 1 : 0;
+            r.pos_start = std::numeric_limits<int32_t>::max() - static_cast<int64_t>(n_tokens) - extra;
+        }
         for (uint32_t i = 0; i < n_tokens; ++i) r.tokens.push_back(static_cast<int32_t>(pick(1u << 31)));
         if (data_kind && coin()) {
             for (uint32_t i = 0; i < n_tokens; ++i) r.positions.push_back(static_cast<int32_t>(pick(1u << 31)));
@@ -51,7 +56,11 @@ public:
         r.state.prompt_token_count = static_cast<uint32_t>(
             r.kind == message_kind::prefill_final ? end : r.kind == message_kind::prefill ? end + pick(50) : rng_());
         if (r.kind == message_kind::configure_generation) r.generation = random_generation();
-        if (data_kind && coin()) r.activation = random_activation(n_tokens);
+        if (data_kind && coin()) r.activation = random_activation(activation_rows(r.kind, n_tokens));
+        // Required here: the current token's hidden state, one row whatever the prefix length.
+        if (r.kind == message_kind::try_restore_prefill_decode) {
+            r.activation = random_activation(activation_rows(r.kind, n_tokens));
+        }
         return r;
     }
 
@@ -136,14 +145,14 @@ private:
         return g;
     }
 
-    activation_frame random_activation(uint32_t n_tokens) {
+    activation_frame random_activation(uint32_t n_rows) {
         activation_frame a;
         a.dtype = static_cast<activation_dtype>(pick(3));
         a.producer_stage = static_cast<uint32_t>(pick(8));
         a.layer_start = static_cast<uint32_t>(pick(40));
         a.layer_end = a.layer_start + static_cast<uint32_t>(pick(40));
         a.n_embd = 1 + static_cast<uint32_t>(pick(16));
-        a.values.resize(static_cast<size_t>(n_tokens) * a.n_embd);
+        a.values.resize(static_cast<size_t>(n_rows) * a.n_embd);
         // Mostly values exact in the preferred type, sometimes one that is not, so both
         // the narrow and the fallback encodings are exercised.
         const bool exact = coin();

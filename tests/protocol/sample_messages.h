@@ -124,10 +124,18 @@ inline request sample_control(message_kind kind, std::vector<int32_t> tokens) {
     return r;
 }
 
+// TryRestorePrefillDecode: restore the prefix {1, 2} from position 0, then decode
+// current token 3 at position 2 from its one-row f32 activation.
 inline request sample_try_restore_prefill_decode() {
     request r = base_request(message_kind::try_restore_prefill_decode, message_phase::decode);
     r.state.current_token = 3;
     r.tokens = {1, 2};
+    activation_frame a;
+    a.dtype = activation_dtype::f32;
+    a.layer_end = 2;
+    a.n_embd = 2;
+    a.values = {0.5f, -3.0f};
+    r.activation = a;
     return r;
 }
 

@@ -125,6 +125,21 @@ TEST(protocol_activation, F32PreferenceIsAlwaysF32) {
     EXPECT_EQ(choose_activation_dtype(values, activation_dtype::f32), activation_dtype::f32);
 }
 
+// One row per token, except TryRestorePrefillDecode, whose tokens are a cached prefix
+// and whose activation is the current token's row alone.
+TEST(protocol_activation, RowsAreOnePerTokenExceptForTryRestorePrefillDecode) {
+    for (uint16_t k = 1; k <= static_cast<uint16_t>(message_kind::prediction_return_open); ++k) {
+        const auto kind = static_cast<message_kind>(k);
+        for (uint32_t n : {0u, 1u, 7u}) {
+            const uint32_t want = kind == message_kind::try_restore_prefill_decode ? 1 : n;
+            EXPECT_EQ(activation_rows(kind, n), want) << message_kind_name(kind) << " " << n;
+        }
+    }
+    const request r = testing::sample_try_restore_prefill_decode();
+    ASSERT_TRUE(r.activation);
+    EXPECT_EQ(r.activation->values.size(), r.activation->n_embd * activation_rows(r.kind, 2));
+}
+
 TEST(protocol_activation, NarrowTypesRoundTripBitForBit) {
     // Every finite f16 value survives encode -> decode as the same f32 and the same bytes.
     std::vector<float> all;

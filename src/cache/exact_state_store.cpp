@@ -1,0 +1,170 @@
+#include "cache/exact_state_store.h"
+
+#include <cassert>
+
+namespace skippy::cache {
+
+exact_state_store::exact_state_store(radix_index & index, const exact_state_config & config)
+    : index_(index), config_(config), blobs_(config.block_bytes > 0 ? config.block_bytes : 1) {}
+
+exact_state_store::~exact_state_store() {
+    std::vector<entry_id> ids;
+    for (const auto & [id, pages] : pages_) ids.push_back(id);
+    for (entry_id id : ids) {
+        // Entries still referenced at shutdown are a caller bug; drop ours regardless
+        // of the index so no blob outlives the store.
+        (void)index_.remove(id, removal_reason::dropped);
+        for (const stored_page & p : pages_.at(id)) (void)blobs_.release_all(p.blobs);
+        pages_.erase(id);
+    }
+}
+
+result<exact_insert_result> exact_state_store::insert(const digest256 & ns, std::span<const token_id> tokens,
+                                                      std::vector<page_bytes> pages) {
+    if (config_.hard_limit_bytes <= 0) return make_error(error_code::unavailable, "exact-state tier is off");
+    if (tokens.empty()) return make_error(error_code::invalid_argument, "exact-state insert without tokens");
+    int64_t next = 0;
+    for (const page_bytes & p : pages) {
+        if (p.token_start != next || p.token_count <= 0 || p.bytes.empty()) {
+            return make_error(error_code::invalid_argument, "exact-state pages are not contiguous from 0");
+        }
+        next += p.token_count;
+    }
+    if (next != static_cast<int64_t>(tokens.size())) {
+        return make_error(error_code::invalid_argument, "exact-state pages cover " + std::to_string(next) + " of " +
+                                                            std::to_string(tokens.size()) + " tokens");
+    }
+
+    insert_result ir = index_.insert(ns, tokens, entry_kind::exact_state);
+    if (!ir.inserted) return exact_insert_result{ir.id, false, 0};
+
+    std::vector<stored_page> stored;
+    std::vector<blob_id> all;
+    for (page_bytes & p : pages) {
+        stored_page sp{p.token_start, p.token_count, std::move(p.page_id), blobs_.put(p.bytes)};
+        all.insert(all.end(), sp.blobs.begin(), sp.blobs.end());
+        stored.push_back(std::move(sp));
+    }
+    n_pages_ += static_cast<int64_t>(stored.size());
+    pages_.emplace(ir.id, std::move(stored));
+
+    auto refuse = [&](const std::string & why) -> status {
+        (void)drop(ir.id, removal_reason::dropped);
+        ++n_refused_;
+        return make_error(error_code::unavailable, "exact-state entry refused: " + why);
+    };
+    if (blobs_.unique_bytes(all) > config_.hard_limit_bytes) return refuse("larger than the hard limit");
+
+    exact_insert_result out{ir.id, true, 0};
+    out.n_evicted += evict_to(config_.hard_limit_bytes, ir.id);
+    if (blobs_.stats().physical_bytes > config_.hard_limit_bytes) return refuse("entries in use hold the space");
+    ++n_inserts_;
+    out.n_evicted += evict_to(config_.soft_limit_bytes, ir.id);
+    return out;
+}
+
+int64_t exact_state_store::evict_to(int64_t limit_bytes, entry_id keep) {
+    // A reference on `keep` takes it out of the eviction order for the duration.
+    const bool pinned = keep != no_entry && index_.acquire(keep).is_ok();
+    int64_t n = 0;
+    while (blobs_.stats().physical_bytes > limit_bytes && pages_.size() > 1) {
+        entry_id victim = index_.next_victim(entry_kind::exact_state);
+        if (victim == no_entry) break;
+        if (!drop(victim, removal_reason::evicted).is_ok()) break;
+        ++n_evictions_;
+        ++n;
+    }
+    if (pinned) (void)index_.release(keep);
+    return n;
+}
+
+result<std::vector<page_bytes>> exact_state_store::read_pages(entry_id id, int64_t max_tokens) {
+    auto it = pages_.find(id);
+    if (it == pages_.end()) return make_error(error_code::not_found, "exact-state entry " + std::to_string(id) + " not held");
+    std::vector<page_bytes> out;
+    for (const stored_page & sp : it->second) {
+        if (sp.token_start >= max_tokens) break;
+        SKIPPY_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, blobs_.read(sp.blobs));
+        out.push_back(page_bytes{sp.token_start, sp.token_count, sp.page_id, std::move(bytes)});
+    }
+    return out;
+}
+
+status exact_state_store::drop(entry_id id, removal_reason reason) {
+    auto it = pages_.find(id);
+    if (it == pages_.end()) return make_error(error_code::not_found, "exact-state entry " + std::to_string(id) + " not held");
+    SKIPPY_TRY(index_.remove(id, reason));
+    status first;
+    for (const stored_page & sp : it->second) {
+        status st = blobs_.release_all(sp.blobs);
+        if (!st.is_ok() && first.is_ok()) first = st;
+    }
+    n_pages_ -= static_cast<int64_t>(it->second.size());
+    pages_.erase(it);
+    return first;
+}
+
+status exact_state_store::evict(entry_id id) {
+    SKIPPY_TRY(drop(id, removal_reason::evicted));
+    ++n_evictions_;
+    return status::ok();
+}
+
+status exact_state_store::quarantine(entry_id id) {
+    SKIPPY_TRY(drop(id, removal_reason::quarantined));
+    ++n_quarantines_;
+    return status::ok();
+}
+
+exact_state_stats exact_state_store::stats() const {
+    exact_state_stats s;
+    s.n_entries = static_cast<int64_t>(pages_.size());
+    s.n_pages = n_pages_;
+    s.blobs = blobs_.stats();
+    s.n_inserts = n_inserts_;
+    s.n_refused = n_refused_;
+    s.n_evictions = n_evictions_;
+    s.n_quarantines = n_quarantines_;
+    return s;
+}
+
+std::vector<blob_id> exact_state_store::blobs_for_testing(entry_id id) const {
+    std::vector<blob_id> out;
+    auto it = pages_.find(id);
+    if (it == pages_.end()) return out;
+    for (const stored_page & sp : it->second) out.insert(out.end(), sp.blobs.begin(), sp.blobs.end());
+    return out;
+}
+
+std::vector<entry_id> exact_state_store::entries_for_testing() const {
+    std::vector<entry_id> out;
+    for (const auto & [id, pages] : pages_) out.push_back(id);
+    return out;
+}
+
+status exact_state_store::check_invariants() const {
+    SKIPPY_TRY(blobs_.check_invariants());
+    if (index_.n_entries(entry_kind::exact_state) != static_cast<int64_t>(pages_.size())) {
+        return make_error(error_code::internal, "exact-state invariant: index and store disagree on entries");
+    }
+    int64_t n_pages = 0, n_block_refs = 0;
+    for (const auto & [id, pages] : pages_) {
+        const entry_info * info = index_.find(id);
+        if (!info || info->kind != entry_kind::exact_state) {
+            return make_error(error_code::internal, "exact-state invariant: entry missing from the index");
+        }
+        int64_t next = 0;
+        for (const stored_page & sp : pages) {
+            if (sp.token_start != next) return make_error(error_code::internal, "exact-state invariant: page gap");
+            next += sp.token_count;
+            n_block_refs += static_cast<int64_t>(sp.blobs.size());
+        }
+        if (next != info->n_tokens) return make_error(error_code::internal, "exact-state invariant: pages vs tokens");
+        n_pages += static_cast<int64_t>(pages.size());
+    }
+    if (n_pages != n_pages_) return make_error(error_code::internal, "exact-state invariant: page count");
+    if (n_block_refs != blobs_.stats().n_refs) return make_error(error_code::internal, "exact-state invariant: blob references");
+    return status::ok();
+}
+
+}  // namespace skippy::cache

@@ -1,0 +1,128 @@
+// Exact-state tier (L2): serialized KV pages in host memory (DESIGN §6 "Tiers").
+//
+// An entry is (namespace, tokens) -> the pages covering positions [0, tokens.size()),
+// cut at multiples of a page size so that requests sharing a prefix produce identical
+// leading pages, which the blob store keeps once:
+//
+//   entry [t0 .. t99]  : page [0,64) page [64,100)
+//   entry [t0 .. t129] : page [0,64) page [64,128) page [128,130)
+//                        └ same bytes: stored once (logical 2 pages, physical 1)
+//
+// Byte limits apply to physical bytes:
+// - hard: once insert returns, physical <= hard. An insert first takes its blocks, then
+//   evicts least recently used unreferenced entries (never itself); if that is not
+//   enough it is rolled back and refused. An entry alone above hard is refused.
+// - soft: after an insert, LRU entries are evicted while physical > soft — never the
+//   last entry, never the one just inserted.
+// A page that fails validation is never imported: the caller quarantines its entry.
+//
+// Not thread-safe: the caller serializes. The radix index must outlive the store.
+#pragma once
+
+#include "base/status.h"
+#include "cache/blob_store.h"
+#include "cache/identity.h"
+#include "cache/radix_index.h"
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace skippy::cache {
+
+struct exact_state_config {
+    int64_t soft_limit_bytes = 384ll << 20;  // evict LRU down to this after an insert
+    int64_t hard_limit_bytes = 512ll << 20;  // never above this; 0 disables the tier
+    size_t  block_bytes = 64 << 10;          // blob block size
+};
+
+// One exported page, as the backend produced it.
+struct page_bytes {
+    int64_t              token_start = 0;
+    int64_t              token_count = 0;
+    std::string          page_id;
+    std::vector<uint8_t> bytes;
+};
+
+struct exact_insert_result {
+    entry_id id = no_entry;
+    bool     inserted = false;  // false with an id: already present (pages ignored)
+    int64_t  n_evicted = 0;     // entries evicted to make it fit
+};
+
+struct exact_state_stats {
+    int64_t n_entries = 0;
+    int64_t n_pages = 0;
+    blob_stats blobs;          // physical / logical bytes, dedupe
+    // Cumulative:
+    int64_t n_inserts = 0;
+    int64_t n_refused = 0;     // inserts that could not fit under the hard limit
+    int64_t n_evictions = 0;
+    int64_t n_quarantines = 0;
+};
+
+class exact_state_store {
+public:
+    exact_state_store(radix_index & index, const exact_state_config & config);
+    // Releases every entry it holds (their index entries are removed).
+    ~exact_state_store();
+    exact_state_store(const exact_state_store &) = delete;
+    exact_state_store & operator=(const exact_state_store &) = delete;
+
+    const exact_state_config & config() const { return config_; }
+
+    // Adds the entry for (ns, tokens) made of `pages`.
+    // REQUIRES (else invalid_argument): pages in order, contiguous, covering exactly
+    //   [0, tokens.size()); !tokens.empty().
+    // unavailable when it cannot fit under the hard limit (counted in n_refused).
+    result<exact_insert_result> insert(const digest256 & ns, std::span<const token_id> tokens,
+                                       std::vector<page_bytes> pages);
+
+    // The pages of entry id that start before max_tokens, each read back and checked
+    // against its blob hashes: integrity when a block went bad (the caller quarantines).
+    // not_found for an id this store does not hold.
+    result<std::vector<page_bytes>> read_pages(entry_id id, int64_t max_tokens);
+
+    // Removes an unreferenced entry and releases its blocks (unavailable while
+    // referenced, not_found when unknown). quarantine also counts the entry as bad.
+    status evict(entry_id id);
+    status quarantine(entry_id id);
+
+    // Evicts LRU unreferenced entries while physical bytes > limit_bytes, never `keep`
+    // and never the last entry. Returns how many went.
+    int64_t evict_to(int64_t limit_bytes, entry_id keep = no_entry);
+
+    bool holds(entry_id id) const { return pages_.count(id) > 0; }
+    exact_state_stats stats() const;
+
+    // Test hooks: the blob ids of an entry's pages, in order; flip a stored byte.
+    std::vector<blob_id> blobs_for_testing(entry_id id) const;
+    std::vector<entry_id> entries_for_testing() const;
+    bool corrupt_for_testing(blob_id id, size_t offset) { return blobs_.corrupt_for_testing(id, offset); }
+    // ok, or internal: every entry of the exact kind in the index is held here and the
+    // blob references add up. For tests.
+    status check_invariants() const;
+
+private:
+    struct stored_page {
+        int64_t              token_start = 0;
+        int64_t              token_count = 0;
+        std::string          page_id;
+        std::vector<blob_id> blobs;
+    };
+    status drop(entry_id id, removal_reason reason);
+
+    radix_index &                                         index_;
+    exact_state_config                                    config_;
+    blob_store                                            blobs_;
+    std::unordered_map<entry_id, std::vector<stored_page>> pages_;
+    int64_t                                               n_pages_ = 0;
+    int64_t                                               n_inserts_ = 0;
+    int64_t                                               n_refused_ = 0;
+    int64_t                                               n_evictions_ = 0;
+    int64_t                                               n_quarantines_ = 0;
+};
+
+}  // namespace skippy::cache

@@ -1,0 +1,67 @@
+#include "cache/record_worker.h"
+
+namespace skippy::cache {
+
+record_worker::record_worker() : thread_([this] { run(); }) {}
+
+record_worker::~record_worker() {
+    std::function<void()> dropped;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stop_ = true;
+        dropped = std::move(job_);  // destroyed outside the lock
+        job_ = nullptr;
+    }
+    wake_.notify_all();
+    thread_.join();
+}
+
+bool record_worker::try_submit(std::function<void()> job) {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!stop_ && !running_ && !job_) {
+            job_ = std::move(job);
+            wake_.notify_one();
+            return true;
+        }
+        ++stats_.n_skipped;
+    }
+    job = nullptr;  // the dropped job's captures go here, outside the lock
+    return false;
+}
+
+bool record_worker::busy() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return running_ || job_ != nullptr;
+}
+
+void record_worker::wait_idle() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    idle_.wait(lock, [this] { return !running_ && !job_; });
+}
+
+record_worker_stats record_worker::stats() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+}
+
+void record_worker::run() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+        wake_.wait(lock, [this] { return stop_ || job_ != nullptr; });
+        if (stop_) break;
+        std::function<void()> job = std::move(job_);
+        job_ = nullptr;
+        running_ = true;
+        lock.unlock();
+        job();
+        job = nullptr;  // captures released before the slot frees
+        lock.lock();
+        running_ = false;
+        ++stats_.n_run;
+        idle_.notify_all();
+    }
+    idle_.notify_all();
+}
+
+}  // namespace skippy::cache

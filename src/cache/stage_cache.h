@@ -1,0 +1,251 @@
+// The stage's prefix cache: what the stage message loop calls (DESIGN §6).
+//
+// It ties together the radix index, the resident tier (live pool blocks), the
+// exact-state tier (serialized pages, recorded on a worker thread), the activation
+// cache, the per-session prompt accumulator and the decision events. The runtime is
+// reached only through kv_backend_i.
+//
+// Every call is safe from any thread, but calls naming a session must come from the
+// thread driving that session (the backend's rule). Cache failures never fail a
+// request: every error becomes a decision ("miss" / "error") and the caller computes.
+//
+// Typical use by a stage for one request (session = lane):
+//   restore({ns, lane, prompt, prompt_tokens - 1})   -> R tokens restored (maybe 0)
+//   make_room_for_write(lane, R, chunk)               before each forward
+//   note_prefill(lane, pos_start, chunk_tokens)       after each prefilled chunk
+//   record(ns, lane, record_reason::final_prefill)    after the final chunk
+//   record(ns, lane, record_reason::stop)             at Stop (records only if more was added)
+#pragma once
+
+#include "base/status.h"
+#include "cache/activation_cache.h"
+#include "cache/decisions.h"
+#include "cache/exact_state_store.h"
+#include "cache/identity.h"
+#include "cache/kv_backend.h"
+#include "cache/radix_index.h"
+#include "cache/record_worker.h"
+#include "cache/resident_cache.h"
+#include "cache/session_accumulator.h"
+#include "telemetry/telemetry.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace skippy::cache {
+
+struct stage_cache_config {
+    cache_mode mode = cache_mode::lookup_record;  // --kv-cache
+    int64_t min_tokens = 32;                      // --kv-cache-min-tokens: shorter prefixes are neither recorded nor restored
+    int64_t max_entries = 256;                    // --kv-cache-max-entries: resident entries; 0 turns the resident tier off
+    int64_t exact_max_bytes = 512ll << 20;        // --kv-cache-exact-max-bytes: exact-state hard limit (physical bytes); 0 turns the tier off
+    int64_t exact_soft_bytes = 0;                 // exact-state soft limit; 0: 3/4 of exact_max_bytes
+    bool    demote_on_evict = true;               // export evicted resident entries into the exact-state tier
+    int64_t exact_page_tokens = 64;               // exact-state pages cover [k*this, (k+1)*this): shared prefixes dedupe by page
+    int64_t exact_block_bytes = 64ll << 10;       // blob block size of the exact-state store
+    int64_t activation_max_bytes = 64ll << 20;    // activation cache capacity; 0 turns it off (final stages)
+
+    // invalid_argument naming the first bad field.
+    status validate() const;
+    int64_t effective_soft_bytes() const { return exact_soft_bytes > 0 ? exact_soft_bytes : exact_max_bytes - exact_max_bytes / 4; }
+};
+
+struct probe_request {
+    cache_namespace           ns;
+    std::span<const token_id> tokens;      // the query (the prompt)
+    int64_t                   max_tokens = 0;  // the most the caller would restore (prompt_tokens - 1)
+    int32_t                   session = -1;    // for the event only
+};
+
+struct probe_result {
+    lookup_outcome   outcome = lookup_outcome::miss;  // hit: max_tokens restorable; short: >= min_tokens
+    std::string_view decision = "probe_miss";
+    int64_t          restorable_tokens = 0;
+    cache_tier       tier = cache_tier::none;
+};
+
+struct restore_request {
+    cache_namespace           ns;
+    int32_t                   session = 0;
+    std::span<const token_id> tokens;           // the query (the prompt known so far)
+    int64_t                   max_tokens = 0;   // restore at most this many (prompt_tokens - 1)
+    lookup_kind               kind = lookup_kind::restore;
+    bool                      allow_short = true;  // false: all of min(max_tokens, tokens) or nothing
+};
+
+struct restore_result {
+    lookup_outcome   outcome = lookup_outcome::miss;
+    std::string_view decision;                  // the event's skippy.kv.decision; empty when lookups are off
+    cache_tier       tier = cache_tier::none;
+    int64_t          restored_tokens = 0;       // the session now holds exactly these positions (0 on miss/error)
+    int64_t          matched_tokens = 0;        // the longest match any tier had, before clipping
+    int64_t          imported_pages = 0;
+    error_code       error = error_code::ok;    // on error; error_class_name(error) is reported
+    cache_counters   counters;                  // add to the request's stats block
+};
+
+struct activation_restore_request {
+    cache_namespace           ns;
+    int32_t                   session = 0;
+    std::span<const token_id> tokens;           // the chunk's tokens from position 0
+    int32_t                   width = 0;        // row width of the frame (n_embd)
+    int64_t                   max_tokens = -1;  // -1: tokens.size()
+};
+
+struct activation_restore_result {
+    activation_outcome outcome = activation_outcome::miss;
+    std::string_view   decision;
+    restore_result     kv;                  // the KV part (in-band decision values)
+    activation_frame   frame;               // set only on activation hit: forward it, skip compute
+};
+
+enum class record_reason : uint8_t { final_prefill, stop };
+
+enum class exact_record_state : uint8_t { off, queued, present, skipped_busy, error };
+std::string_view exact_record_state_name(exact_record_state s);
+std::string_view resident_record_name(resident_record_outcome o);
+
+struct record_result {
+    record_outcome          outcome = record_outcome::skipped;
+    std::string_view        decision;         // empty when no event was emitted (nothing new to record)
+    int64_t                 tokens = 0;
+    resident_record_outcome resident = resident_record_outcome::off;
+    exact_record_state      exact = exact_record_state::off;
+    error_code              error = error_code::ok;
+    cache_counters          counters;
+};
+
+struct admission_result {
+    int64_t    needed_blocks = 0;
+    int64_t    n_free_blocks = 0;
+    int64_t    n_evicted = 0;
+    bool       enough = false;  // n_free_blocks >= needed_blocks
+    error_code error = error_code::ok;
+};
+
+struct stage_cache_stats {
+    cache_counters      totals;      // every counter since start
+    resident_stats      resident;
+    exact_state_stats   exact;
+    activation_stats    activation;
+    radix_stats         index;
+    accumulator_stats   accumulator;
+    record_worker_stats worker;
+    int64_t n_demotions = 0;         // resident entries exported into the exact tier on eviction
+    int64_t n_records_queued = 0;    // exact-state records handed to the worker
+    int64_t n_records_skipped_busy = 0;
+    int64_t n_records_stored = 0;    // exact-state records the worker stored
+    int64_t n_records_failed = 0;    // export failed or the tier refused them
+    int64_t n_quarantines = 0;
+};
+
+class stage_cache {
+public:
+    // REQUIRES: config.validate().is_ok(); the backend outlives the cache.
+    stage_cache(kv_backend_i & backend, const stage_cache_config & config, telemetry::event_sink_ptr sink = nullptr);
+    static result<std::unique_ptr<stage_cache>> create(kv_backend_i & backend, const stage_cache_config & config,
+                                                       telemetry::event_sink_ptr sink = nullptr);
+    // Stops the worker (a running record finishes, a pending one is dropped) and
+    // releases every block the cache holds.
+    ~stage_cache();
+    stage_cache(const stage_cache &) = delete;
+    stage_cache & operator=(const stage_cache &) = delete;
+
+    const stage_cache_config & config() const { return config_; }
+
+    // ProbePrefill: how much would restore, with no state change (peek: no recency).
+    probe_result probe(const probe_request & req);
+
+    // Restores the longest cached prefix of req.tokens, at most req.max_tokens and at
+    // least min_tokens, into the session (replacing its contents): resident first (no
+    // copy), else exact state (import; a page failing validation quarantines its entry).
+    // On success the session holds exactly restored_tokens positions and the
+    // accumulator knows them. On miss the session is untouched; on error it is empty.
+    restore_result restore(const restore_request & req);
+
+    // In-band on a non-final stage: the activation frame of the whole chunk plus its KV.
+    // A hit needs both; otherwise the KV part stands as restored (see kv.restored_tokens).
+    activation_restore_result restore_with_activation(const activation_restore_request & req);
+
+    // Before a forward writes positions [pos_start, pos_start + n_tokens) of the session:
+    // evicts unreferenced resident entries until the pool can hold the write.
+    admission_result make_room_for_write(int32_t session, int64_t pos_start, int64_t n_tokens);
+
+    // A prefilled chunk (after its forward succeeded).
+    void note_prefill(int32_t session, int64_t pos_start, std::span<const token_id> tokens);
+
+    // Records the session's accumulated prompt when tokens were added since it was
+    // restored or last recorded; otherwise does nothing (no event).
+    record_result record(const cache_namespace & ns, int32_t session, record_reason reason);
+    // Records positions [0, tokens.size()) of the session as the prefix `tokens`.
+    // REQUIRES: the session's KV was computed from exactly these tokens.
+    record_result record_tokens(const cache_namespace & ns, int32_t session, std::span<const token_id> tokens,
+                                record_reason reason);
+
+    // Keeps the frame a non-final stage forwarded for tokens [0, n). false when off,
+    // too short, or too large.
+    bool record_activation(const cache_namespace & ns, std::span<const token_id> tokens, int32_t width,
+                           std::vector<uint8_t> frame);
+
+    // Lane reset (end of request): forgets the accumulated prompt.
+    void reset_session(int32_t session);
+    // Rollback after a downstream miss: empties the session's KV and forgets its prompt.
+    void rollback_session(int32_t session);
+
+    stage_cache_stats stats() const;
+
+    // Blocks until the record worker is idle. For tests and orderly shutdown only:
+    // requests never wait for records.
+    void wait_for_records();
+    // Test hook run on the worker thread at the start of every record job.
+    void set_record_hook_for_testing(std::function<void()> hook);
+    // Test access to the exact-state store (corruption tests). REQUIRES: no concurrent use.
+    exact_state_store & exact_store_for_testing() { return exact_; }
+    // ok or the first broken invariant of index and tiers. For tests.
+    status check_invariants() const;
+
+private:
+    struct block_snapshot;
+
+    restore_result restore_locked(const restore_request & req, telemetry::event & ev);
+    result<int64_t> restore_exact_locked(entry_id id, int32_t session, int64_t n_tokens);
+    void demote_locked(const evicted_resident & ev);
+    result<std::vector<page_bytes>> export_pages(const cache_namespace & ns, std::span<const token_id> tokens,
+                                                 std::span<const kv_block_id> blocks) const;
+    void run_record_job(const cache_namespace & ns, const std::vector<token_id> & tokens,
+                        const std::vector<kv_block_id> & blocks);
+    void emit(const telemetry::event & ev) const;
+    bool lookups_enabled() const { return config_.mode == cache_mode::lookup_record; }
+    bool records_enabled() const { return config_.mode != cache_mode::off; }
+
+    kv_backend_i &                                          backend_;
+    const stage_cache_config                                config_;
+    const telemetry::event_sink_ptr                         sink_;
+    evict_hook                                              demote_hook_;
+
+    mutable std::mutex                                      mutex_;  // guards everything below but the worker
+    radix_index                                             index_;  // before the tiers: they use it in their destructors
+    exact_state_store                                       exact_;
+    resident_cache                                          resident_;
+    activation_cache                                        activation_;
+    session_accumulator                                     accumulator_;
+    std::unordered_map<digest256, cache_namespace, digest256_hash> namespaces_;  // for page ids of demoted entries
+    cache_counters                                          totals_;
+    std::function<void()>                                   record_hook_;
+    int64_t n_demotions_ = 0;
+    int64_t n_records_queued_ = 0;
+    int64_t n_records_skipped_busy_ = 0;
+    int64_t n_records_stored_ = 0;
+    int64_t n_records_failed_ = 0;
+    int64_t n_quarantines_ = 0;
+
+    record_worker                                           worker_;  // last: destroyed (joined) first
+};
+
+}  // namespace skippy::cache

@@ -1,0 +1,195 @@
+// Exact-state store: pages over the blob store, limits, LRU, last entry, quarantine.
+#include "cache/exact_state_store.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace skippy::cache {
+namespace {
+
+using toks = std::vector<token_id>;
+
+#define EXPECT_INVARIANTS(x) \
+    do { status st_ = (x).check_invariants(); ASSERT_TRUE(st_.is_ok()) << st_.to_string(); } while (0)
+
+digest256 ns_of(uint8_t b) {
+    digest256 d;
+    d.bytes.fill(b);
+    return d;
+}
+
+// Pages of 2 tokens; page bytes are 8 bytes per token derived from the prefix so that
+// shared prefixes give identical pages.
+std::vector<page_bytes> pages_for(const toks & t) {
+    std::vector<page_bytes> out;
+    uint64_t acc = 0;
+    std::vector<uint64_t> kv;
+    for (token_id x : t) kv.push_back(acc = acc * 1000003 + static_cast<uint64_t>(x) + 1);
+    for (size_t s = 0; s < t.size(); s += 2) {
+        page_bytes p;
+        p.token_start = static_cast<int64_t>(s);
+        p.token_count = static_cast<int64_t>(std::min<size_t>(2, t.size() - s));
+        p.page_id = "p" + std::to_string(s);
+        p.bytes.resize(static_cast<size_t>(p.token_count) * 8);
+        std::memcpy(p.bytes.data(), &kv[s], p.bytes.size());
+        out.push_back(std::move(p));
+    }
+    return out;
+}
+
+exact_state_config limits(int64_t soft, int64_t hard) { return exact_state_config{soft, hard, 8}; }
+
+TEST(exact_state_store, StoresPagesAndReadsThemBack) {
+    radix_index ix;
+    exact_state_store store(ix, limits(1000, 1000));
+    toks t{1, 2, 3, 4, 5};
+    auto r = store.insert(ns_of(1), t, pages_for(t));
+    ASSERT_TRUE(r.is_ok()) << r.error().to_string();
+    EXPECT_TRUE(r->inserted);
+    auto pages = store.read_pages(r->id, 5);
+    ASSERT_TRUE(pages.is_ok());
+    ASSERT_EQ(pages->size(), 3u);
+    EXPECT_EQ((*pages)[2].token_start, 4);
+    EXPECT_EQ((*pages)[2].bytes, pages_for(t)[2].bytes);
+    // Only the pages that start before max_tokens.
+    EXPECT_EQ(store.read_pages(r->id, 3)->size(), 2u);
+    EXPECT_INVARIANTS(store);
+    EXPECT_INVARIANTS(ix);
+}
+
+TEST(exact_state_store, RefusesPagesThatDoNotCoverTheTokens) {
+    radix_index ix;
+    exact_state_store store(ix, limits(1000, 1000));
+    toks t{1, 2, 3};
+    auto pages = pages_for(t);
+    pages.pop_back();
+    EXPECT_EQ(store.insert(ns_of(1), t, pages).error().code(), error_code::invalid_argument);
+    EXPECT_EQ(ix.stats().n_entries[1], 0);
+}
+
+TEST(exact_state_store, SharedPrefixPagesAreStoredOnce) {
+    radix_index ix;
+    exact_state_store store(ix, limits(10000, 10000));
+    toks a{1, 2, 3, 4, 5, 6};
+    toks b{1, 2, 3, 4, 9};
+    ASSERT_TRUE(store.insert(ns_of(1), a, pages_for(a)).is_ok());
+    ASSERT_TRUE(store.insert(ns_of(1), b, pages_for(b)).is_ok());
+    exact_state_stats s = store.stats();
+    EXPECT_EQ(s.blobs.logical_bytes, (6 + 5) * 8);
+    EXPECT_EQ(s.blobs.physical_bytes, (6 + 1) * 8);  // b's pages [0,2) [2,4) are a's
+    EXPECT_INVARIANTS(store);
+}
+
+TEST(exact_state_store, SecondInsertOfTheSamePathReturnsTheEntry) {
+    radix_index ix;
+    exact_state_store store(ix, limits(1000, 1000));
+    toks t{1, 2};
+    auto a = store.insert(ns_of(1), t, pages_for(t));
+    auto b = store.insert(ns_of(1), t, pages_for(t));
+    ASSERT_TRUE(a.is_ok() && b.is_ok());
+    EXPECT_FALSE(b->inserted);
+    EXPECT_EQ(a->id, b->id);
+    EXPECT_EQ(store.stats().blobs.logical_bytes, 16);
+}
+
+TEST(exact_state_store, SoftLimitEvictsLeastRecentlyUsed) {
+    radix_index ix;
+    exact_state_store store(ix, limits(32, 64));  // 32 bytes = 4 tokens
+    toks a{1, 1}, b{2, 2}, c{3, 3};
+    auto ea = store.insert(ns_of(1), a, pages_for(a));
+    auto eb = store.insert(ns_of(1), b, pages_for(b));
+    ix.lookup(ns_of(1), a, entry_kind::exact_state);  // a is now more recent than b
+    auto ec = store.insert(ns_of(1), c, pages_for(c));
+    ASSERT_TRUE(ec.is_ok());
+    EXPECT_EQ(ec->n_evicted, 1);
+    EXPECT_TRUE(store.holds(ea->id));
+    EXPECT_FALSE(store.holds(eb->id));
+    EXPECT_EQ(store.stats().blobs.physical_bytes, 32);
+    EXPECT_EQ(store.stats().n_evictions, 1);
+    EXPECT_INVARIANTS(store);
+}
+
+TEST(exact_state_store, NeverEvictsItsLastEntry) {
+    radix_index ix;
+    exact_state_store store(ix, limits(8, 64));  // soft below one entry
+    toks a{1, 1, 1, 1};
+    auto ea = store.insert(ns_of(1), a, pages_for(a));
+    ASSERT_TRUE(ea.is_ok());
+    EXPECT_TRUE(store.holds(ea->id));  // 32 bytes > soft, but it is the only one
+    EXPECT_EQ(store.evict_to(0), 0);
+    EXPECT_TRUE(store.holds(ea->id));
+    toks b{2, 2, 2, 2};
+    auto eb = store.insert(ns_of(1), b, pages_for(b));
+    ASSERT_TRUE(eb.is_ok());
+    EXPECT_FALSE(store.holds(ea->id));  // the older one went, the new one stays alone
+    EXPECT_TRUE(store.holds(eb->id));
+    EXPECT_INVARIANTS(store);
+}
+
+TEST(exact_state_store, HardLimitRefusesAnEntryTooLargeAlone) {
+    radix_index ix;
+    exact_state_store store(ix, limits(16, 16));
+    toks small{1, 1};
+    auto es = store.insert(ns_of(1), small, pages_for(small));
+    toks big{2, 2, 2};
+    auto eb = store.insert(ns_of(1), big, pages_for(big));
+    ASSERT_FALSE(eb.is_ok());
+    EXPECT_EQ(eb.error().code(), error_code::unavailable);
+    EXPECT_TRUE(store.holds(es->id));  // nothing was evicted for a hopeless insert
+    EXPECT_EQ(store.stats().n_refused, 1);
+    EXPECT_EQ(ix.peek(ns_of(1), big, entry_kind::exact_state).id, no_entry);
+    EXPECT_INVARIANTS(store);
+    EXPECT_INVARIANTS(ix);
+}
+
+TEST(exact_state_store, ReferencedEntriesAreNotEvictedAndTheNewOneIsRefused) {
+    radix_index ix;
+    exact_state_store store(ix, limits(16, 16));
+    toks a{1, 1};
+    auto ea = store.insert(ns_of(1), a, pages_for(a));
+    ASSERT_TRUE(ix.acquire(ea->id).is_ok());  // in use (a restore is reading it)
+    toks b{2, 2};
+    auto eb = store.insert(ns_of(1), b, pages_for(b));
+    ASSERT_FALSE(eb.is_ok());
+    EXPECT_TRUE(store.holds(ea->id));
+    EXPECT_LE(store.stats().blobs.physical_bytes, 16);
+    ASSERT_TRUE(ix.release(ea->id).is_ok());
+    EXPECT_TRUE(store.insert(ns_of(1), b, pages_for(b)).is_ok());
+    EXPECT_FALSE(store.holds(ea->id));
+    EXPECT_INVARIANTS(store);
+}
+
+TEST(exact_state_store, CorruptedPageIsAnIntegrityErrorAndQuarantineRemovesIt) {
+    radix_index ix;
+    exact_state_store store(ix, limits(1000, 1000));
+    toks t{1, 2, 3, 4};
+    auto e = store.insert(ns_of(1), t, pages_for(t));
+    auto blobs = store.blobs_for_testing(e->id);
+    ASSERT_FALSE(blobs.empty());
+    ASSERT_TRUE(store.corrupt_for_testing(blobs.back(), 3));
+    auto pages = store.read_pages(e->id, 4);
+    ASSERT_FALSE(pages.is_ok());
+    EXPECT_EQ(pages.error().code(), error_code::integrity);
+    EXPECT_EQ(store.read_pages(e->id, 2)->size(), 1u);  // the good first page still reads
+    EXPECT_TRUE(store.quarantine(e->id).is_ok());
+    EXPECT_EQ(store.stats().n_quarantines, 1);
+    EXPECT_EQ(store.stats().blobs.n_blocks, 0);
+    EXPECT_EQ(ix.peek(ns_of(1), t, entry_kind::exact_state).id, no_entry);
+    EXPECT_INVARIANTS(store);
+}
+
+TEST(exact_state_store, DestructorReleasesEverything) {
+    radix_index ix;
+    {
+        exact_state_store store(ix, limits(1000, 1000));
+        toks t{1, 2, 3};
+        ASSERT_TRUE(store.insert(ns_of(1), t, pages_for(t)).is_ok());
+    }
+    EXPECT_EQ(ix.stats().n_entries[1], 0);
+    EXPECT_INVARIANTS(ix);
+}
+
+}  // namespace
+}  // namespace skippy::cache

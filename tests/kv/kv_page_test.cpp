@@ -1,0 +1,213 @@
+// KV page export/import on a tiny pool: 2 layers, kv_dim 2, f32, block_tokens 4,
+// 5 blocks. The golden page below is the worked example of docs/kv-cache.md.
+#include "kv/kv_page.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+namespace skippy {
+namespace {
+
+kv_geometry tiny_geometry() {
+    kv_geometry g;
+    g.n_layers = 2;
+    g.kv_dim = 2;
+    g.block_tokens = 4;
+    g.dtype = kv_dtype::f32;
+    return g;
+}
+
+// The stage these pages belong to runs layers [3, 5).
+const kv_page_geometry page_geometry{3, 5, 2, kv_dtype::f32};
+
+// K(il, p) = {il*100 + p*10, il*100 + p*10 + 1}; V = -K.
+void fill(kv_sequence & s, int64_t n_tokens, float bias = 0.0f) {
+    ASSERT_TRUE(s.prepare_write(s.n_tokens(), n_tokens - s.n_tokens()).is_ok());
+    for (int32_t il = 0; il < 2; ++il) {
+        for (int64_t p = 0; p < n_tokens; ++p) {
+            float k[2] = {static_cast<float>(il * 100 + p * 10) + bias, static_cast<float>(il * 100 + p * 10 + 1) + bias};
+            float v[2] = {-k[0], -k[1]};
+            std::memcpy(s.k_row(il, p), k, sizeof(k));
+            std::memcpy(s.v_row(il, p), v, sizeof(v));
+        }
+    }
+}
+
+std::string hex(const uint8_t * p, size_t n) {
+    static const char * digits = "0123456789abcdef";
+    std::string out;
+    for (size_t i = 0; i < n; ++i) {
+        out += digits[p[i] >> 4];
+        out += digits[p[i] & 15];
+    }
+    return out;
+}
+
+bool same_rows(const kv_sequence & a, const kv_sequence & b, int64_t n_tokens) {
+    const size_t row = a.pool().geometry().row_bytes();
+    for (int32_t il = 0; il < a.pool().geometry().n_layers; ++il) {
+        for (int64_t p = 0; p < n_tokens; ++p) {
+            if (std::memcmp(a.k_row(il, p), b.k_row(il, p), row) != 0) return false;
+            if (std::memcmp(a.v_row(il, p), b.v_row(il, p), row) != 0) return false;
+        }
+    }
+    return true;
+}
+
+TEST(kv_page, GoldenBytesOfATwoTokenPage) {
+    kv_pool pool(tiny_geometry(), 5);
+    kv_sequence s(pool);
+    fill(s, 5);
+    auto page = export_page(s, 3, 5, 1, 2);
+    ASSERT_TRUE(page.is_ok()) << page.error().to_string();
+    ASSERT_EQ(page->size(), 56u + 64u + 32u);
+    EXPECT_EQ(page->size(), kv_page_bytes(page_geometry, 2));
+    // header: magic, version 1, layout 1, dtype 0 (f32), layers [3,5), kv_dim 2,
+    // token_start 1, token_count 2, payload 64
+    EXPECT_EQ(hex(page->data(), 56),
+              "534b50594b565047" "0100" "0100" "00" "000000" "03000000" "05000000" "02000000" "00000000"
+              "0100000000000000" "0200000000000000" "4000000000000000");
+    // layer 0, K rows of positions 1 and 2: 10.0f 11.0f 20.0f 21.0f
+    EXPECT_EQ(hex(page->data() + 56, 16), "00002041000030410000a0410000a841");
+    EXPECT_EQ(hex(page->data() + 120, 32), "de03917f17240e8fdad4caec636f5c060c2f9c8054f9a6d737edf81d6f4271cd");
+}
+
+TEST(kv_page, ExportThenImportReproducesTheRowsByteForByte) {
+    kv_pool pool(tiny_geometry(), 5);
+    kv_sequence src(pool), dst(pool);
+    fill(src, 7);
+    // Two pages: [0,4) and [4,7); the second starts inside dst's second block.
+    auto a = export_page(src, 3, 5, 0, 4);
+    auto b = export_page(src, 3, 5, 4, 3);
+    ASSERT_TRUE(a.is_ok() && b.is_ok());
+    ASSERT_TRUE(import_page(dst, *a, page_geometry).is_ok());
+    EXPECT_EQ(dst.n_tokens(), 4);
+    ASSERT_TRUE(import_page(dst, *b, page_geometry).is_ok());
+    EXPECT_EQ(dst.n_tokens(), 7);
+    EXPECT_TRUE(same_rows(src, dst, 7));
+}
+
+TEST(kv_page, FlippedByteIsAnIntegrityErrorAndNothingIsWritten) {
+    kv_pool pool(tiny_geometry(), 5);
+    kv_sequence src(pool), dst(pool);
+    fill(src, 4);
+    auto page = export_page(src, 3, 5, 0, 4);
+    ASSERT_TRUE(page.is_ok());
+    for (size_t i = 56; i < page->size(); i += 7) {
+        std::vector<uint8_t> bad = *page;
+        bad[i] ^= 0x01;
+        status st = import_page(dst, bad, page_geometry);
+        EXPECT_EQ(st.code(), error_code::integrity) << "byte " << i;
+        EXPECT_EQ(dst.n_tokens(), 0);
+    }
+    EXPECT_EQ(pool.n_free(), 4);
+}
+
+TEST(kv_page, EveryTruncationIsRefusedWithoutACrash) {
+    kv_pool pool(tiny_geometry(), 5);
+    kv_sequence src(pool), dst(pool);
+    fill(src, 3);
+    auto page = export_page(src, 3, 5, 0, 3);
+    ASSERT_TRUE(page.is_ok());
+    for (size_t n = 0; n < page->size(); ++n) {
+        status st = import_page(dst, std::span<const uint8_t>(page->data(), n), page_geometry);
+        EXPECT_FALSE(st.is_ok()) << n;
+        EXPECT_EQ(dst.n_tokens(), 0);
+    }
+}
+
+TEST(kv_page, HeaderFieldsAreCheckedBeforeUse) {
+    kv_pool pool(tiny_geometry(), 5);
+    kv_sequence src(pool), dst(pool);
+    fill(src, 2);
+    auto page = export_page(src, 3, 5, 0, 2);
+    ASSERT_TRUE(page.is_ok());
+    auto with = [&](size_t offset, uint8_t value) {
+        std::vector<uint8_t> p = *page;
+        p[offset] = value;
+        return import_page(dst, p, page_geometry).code();
+    };
+    EXPECT_EQ(with(0, 'X'), error_code::invalid_data);   // magic
+    EXPECT_EQ(with(8, 2), error_code::unsupported);      // version 2
+    EXPECT_EQ(with(10, 7), error_code::unsupported);     // layout 7
+    EXPECT_EQ(with(12, 9), error_code::invalid_data);    // dtype 9
+    EXPECT_EQ(with(13, 1), error_code::invalid_data);    // reserved
+    EXPECT_EQ(with(27, 0x80), error_code::invalid_data); // kv_dim negative
+    EXPECT_EQ(with(40, 3), error_code::invalid_data);    // token_count 3 vs payload of 2
+    EXPECT_EQ(with(47, 0x7f), error_code::invalid_data); // token_count huge: no allocation
+    EXPECT_EQ(with(48, 0), error_code::invalid_data);    // payload_bytes
+    EXPECT_EQ(dst.n_tokens(), 0);
+}
+
+TEST(kv_page, GeometryMismatchIsRefused) {
+    kv_pool pool(tiny_geometry(), 5);
+    kv_sequence src(pool), dst(pool);
+    fill(src, 2);
+    auto page = export_page(src, 3, 5, 0, 2);
+    ASSERT_TRUE(page.is_ok());
+    EXPECT_EQ(import_page(dst, *page, {2, 4, 2, kv_dtype::f32}).code(), error_code::invalid_data);  // other layers
+    EXPECT_EQ(import_page(dst, *page, {3, 5, 2, kv_dtype::f16}).code(), error_code::invalid_data);  // other dtype
+
+    kv_geometry f16 = tiny_geometry();
+    f16.dtype = kv_dtype::f16;
+    kv_pool pool16(f16, 5);
+    kv_sequence dst16(pool16);
+    EXPECT_EQ(import_page(dst16, *page, page_geometry).code(), error_code::invalid_data);  // pool is f16
+    EXPECT_EQ(dst16.n_tokens(), 0);
+}
+
+TEST(kv_page, ImportRequiresTheSessionToEndWhereThePageStarts) {
+    kv_pool pool(tiny_geometry(), 5);
+    kv_sequence src(pool), dst(pool);
+    fill(src, 6);
+    auto tail = export_page(src, 3, 5, 4, 2);
+    ASSERT_TRUE(tail.is_ok());
+    EXPECT_EQ(import_page(dst, *tail, page_geometry).code(), error_code::invalid_argument);
+    EXPECT_EQ(dst.n_tokens(), 0);
+}
+
+TEST(kv_page, ExportRefusesRangesOutsideTheSequence) {
+    kv_pool pool(tiny_geometry(), 5);
+    kv_sequence s(pool);
+    fill(s, 3);
+    EXPECT_EQ(export_page(s, 3, 5, 2, 2).error().code(), error_code::invalid_argument);
+    EXPECT_EQ(export_page(s, 3, 5, -1, 1).error().code(), error_code::invalid_argument);
+    EXPECT_EQ(export_page(s, 3, 6, 0, 1).error().code(), error_code::invalid_argument);  // 3 layers vs pool's 2
+    auto empty = export_page(s, 3, 5, 3, 0);
+    ASSERT_TRUE(empty.is_ok());
+    EXPECT_EQ(empty->size(), 56u + 32u);
+}
+
+TEST(kv_page, ExhaustedPoolLeavesTheSessionAtTokenStart) {
+    kv_pool pool(tiny_geometry(), 5);
+    kv_sequence src(pool), dst(pool);
+    fill(src, 12);  // 3 blocks; 2 free
+    auto page = export_page(src, 3, 5, 0, 12);
+    ASSERT_TRUE(page.is_ok());
+    EXPECT_EQ(import_page(dst, *page, page_geometry).code(), error_code::unavailable);
+    EXPECT_EQ(dst.n_tokens(), 0);
+    EXPECT_EQ(pool.n_free(), 2);
+}
+
+TEST(kv_page, ImportOverASharedPartialBlockCopiesOnWrite) {
+    kv_pool pool(tiny_geometry(), 5);
+    kv_sequence owner(pool), s(pool);
+    fill(owner, 6);
+    // s shares owner's blocks for positions [0,2): [b0: 0 1 | 2 3 owner-only]
+    s.share_from(std::span<const kv_block_id>(owner.blocks().data(), 1), 2);
+    kv_sequence other(pool);
+    fill(other, 6, 0.5f);
+    auto page = export_page(other, 3, 5, 2, 2);
+    ASSERT_TRUE(page.is_ok());
+    ASSERT_TRUE(import_page(s, *page, page_geometry).is_ok());
+    float k = 0;
+    std::memcpy(&k, owner.k_row(0, 2), 4);
+    EXPECT_EQ(k, 20.0f);  // the owner still reads its own row
+    std::memcpy(&k, s.k_row(0, 2), 4);
+    EXPECT_EQ(k, 20.5f);
+}
+
+}  // namespace
+}  // namespace skippy

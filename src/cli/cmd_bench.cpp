@@ -83,6 +83,7 @@ int run_bench(const bench_options & o) {
     rf.threads = n_threads;
     rf.ctx_size = o.prompt_tokens + o.gen_tokens + 1;
     rf.kv_type = o.kv_type;
+    rf.kv_cache = "off";  // repeats of one prompt must compute it every time
     chain_choice chain;
     chain.stages = o.stages;
     auto made = make_pipeline(*file, chain, rf);

@@ -3,6 +3,7 @@
 #include "base/log.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "transport/chain.h"
 #include "transport/stage_server.h"
 
 #include <csignal>
@@ -38,17 +39,19 @@ int run_serve_stage(const serve_stage_options & o) {
     if (!valid.is_ok()) return fail(valid);
 
     const auto & spec = topo->stages[static_cast<size_t>(o.stage_index)];
-    stage_options so = to_stage_options(o.runtime);
-    so.layers = spec.layers;
-    auto st = stage::load(*file, so);
+    auto chain = to_chain_options(o.runtime);
+    if (!chain.is_ok()) return fail(chain.error());
+    auto st = stage::load(*file, transport::stage_options_for(to_stage_options(o.runtime), spec.layers, chain->cache));
     if (!st.is_ok()) return fail(st.error());
+    auto cache = transport::stage_cache_host::create(**st, **file, o.stage_index, chain->cache);
+    if (!cache.is_ok()) return fail(cache.error());
     auto listener = transport::tcp_listener::listen(spec.address);
     if (!listener.is_ok()) return fail(listener.error());
     SKIPPY_LOG_INFO("stage %d of %d: layers [%d, %d) of %s, listening on %s, %d lanes, %d threads, ctx %d", o.stage_index,
                     topo->n_stages(), spec.layers.start, spec.layers.end, topo->model_path.c_str(), spec.address.to_string().c_str(),
                     (*st)->n_lanes(), (*st)->n_threads(), (*st)->ctx_size());
-    transport::stage_server server(std::move(st).value(), o.stage_index, *topo, std::move(listener).value(),
-                                   to_chain_options(o.runtime));
+    transport::stage_server server(std::move(st).value(), std::move(cache).value(), o.stage_index, *topo, std::move(listener).value(),
+                                   *chain);
     server.start();
     while (!g_stop) pause();
     SKIPPY_LOG_INFO("stage %d: stopping", o.stage_index);

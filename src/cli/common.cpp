@@ -31,6 +31,22 @@ void add_runtime_flags(CLI::App * cmd, runtime_flags & f, int32_t default_lanes)
     cmd->add_option("--auth-token", f.auth_token, "Shared secret required on stage connections (default: none)");
     cmd->add_option("--wire-delay-ms", f.wire_delay_ms, "Delay added before every frame written to a stage link (simulates a slow link)")
         ->check(CLI::Range(0, 60000));
+    cmd->add_option("--kv-cache", f.kv_cache, "Prefix cache: off, record (fill only) or lookup-record")
+        ->check(CLI::IsMember({"off", "record", "lookup-record"}))->capture_default_str();
+    cmd->add_option("--kv-cache-min-tokens", f.kv_cache_min_tokens, "Prefixes shorter than this are neither recorded nor restored")
+        ->check(CLI::Range(int64_t(1), int64_t(1) << 30))->capture_default_str();
+    cmd->add_option("--kv-cache-max-entries", f.kv_cache_max_entries, "Most resident (in-pool) cache entries per stage; 0 turns that tier off")
+        ->check(CLI::Range(int64_t(0), int64_t(1) << 30))->capture_default_str();
+    cmd->add_option("--kv-cache-exact-max-bytes", f.kv_cache_exact_max_bytes,
+                    "Host-memory bytes for serialized KV pages (exact-state tier) per stage; 0 turns it off")
+        ->check(CLI::Range(int64_t(0), int64_t(1) << 50))->capture_default_str();
+    cmd->add_option("--kv-cache-resident-tokens", f.kv_cache_resident_tokens,
+                    "KV pool positions kept for cached prefixes beyond the lanes' contexts (default: one more context per lane)")
+        ->check(CLI::Range(int64_t(0), int64_t(1) << 34));
+    cmd->add_option("--kv-cache-key", f.kv_cache_key, "Cache namespace for requests that name none (tenants never share entries)");
+    cmd->add_option("--telemetry-file", f.telemetry_file, "Append decision events as JSON lines to this file");
+    cmd->add_option("--telemetry-level", f.telemetry_level, "Events to write: off, summary or debug")
+        ->check(CLI::IsMember({"off", "summary", "debug"}))->capture_default_str();
 }
 
 stage_options to_stage_options(const runtime_flags & f) {
@@ -42,10 +58,26 @@ stage_options to_stage_options(const runtime_flags & f) {
     return so;
 }
 
-transport::chain_options to_chain_options(const runtime_flags & f) {
+result<transport::chain_options> to_chain_options(const runtime_flags & f) {
     transport::chain_options c;
     c.link.auth_token = f.auth_token;
     c.link.wire_delay_ms = f.wire_delay_ms;
+    cache::stage_cache_config & cc = c.cache.config;
+    cc.mode = f.kv_cache == "off" ? cache::cache_mode::off : f.kv_cache == "record" ? cache::cache_mode::record
+                                                                                     : cache::cache_mode::lookup_record;
+    cc.min_tokens = f.kv_cache_min_tokens;
+    cc.max_entries = f.kv_cache_max_entries;
+    cc.exact_max_bytes = f.kv_cache_exact_max_bytes;
+    SKIPPY_TRY(cc.validate());
+    c.cache.default_key = f.kv_cache_key;
+    c.cache.resident_tokens = f.kv_cache_resident_tokens;
+    if (!f.telemetry_file.empty()) {
+        SKIPPY_ASSIGN_OR_RETURN(telemetry::telemetry_level level, telemetry::parse_telemetry_level(f.telemetry_level));
+        if (level != telemetry::telemetry_level::off) {
+            SKIPPY_ASSIGN_OR_RETURN(auto sink, telemetry::json_lines_sink::open_file(f.telemetry_file, level));
+            c.cache.sink = std::move(sink);
+        }
+    }
     return c;
 }
 
@@ -63,10 +95,10 @@ result<std::string> resolve_model_path(const std::string & model_flag, const cha
     return topo.model_path;
 }
 
-result<std::unique_ptr<pipeline_i>> make_pipeline(std::shared_ptr<const gguf::file> file, const chain_choice & choice,
-                                                  const runtime_flags & flags) {
+result<std::unique_ptr<transport::chain_pipeline>> make_pipeline(std::shared_ptr<const gguf::file> file,
+                                                                 const chain_choice & choice, const runtime_flags & flags) {
     const stage_options so = to_stage_options(flags);
-    const transport::chain_options co = to_chain_options(flags);
+    SKIPPY_ASSIGN_OR_RETURN(const transport::chain_options co, to_chain_options(flags));
     if (!choice.topology_path.empty()) {
         SKIPPY_ASSIGN_OR_RETURN(transport::topology topo, transport::topology::load(choice.topology_path));
         SKIPPY_LOG_INFO("stage 0 of %d (topology %s)", topo.n_stages(), choice.topology_path.c_str());

@@ -91,8 +91,10 @@ result<generation_result> run_generation(pipeline_i & pipeline, int32_t lane, co
     lane_guard guard{pipeline, lane};
 
     // The last prompt token runs through decode, which samples the first new token.
+    // Positions a prefix cache restored in begin() are not computed again.
     const int64_t n_prefill = n_prompt - 1;
-    for (int64_t pos = 0; pos < n_prefill; pos += request.prefill_chunk_tokens) {
+    const int64_t restored = std::clamp<int64_t>(pipeline.cached_tokens(lane), 0, n_prefill);
+    for (int64_t pos = restored; pos < n_prefill; pos += request.prefill_chunk_tokens) {
         const int64_t n = std::min<int64_t>(request.prefill_chunk_tokens, n_prefill - pos);
         SKIPPY_TRY(pipeline.prefill(lane, pos, std::span<const token_id>(request.prompt).subspan(static_cast<size_t>(pos), static_cast<size_t>(n))));
     }
@@ -107,7 +109,12 @@ result<generation_result> run_generation(pipeline_i & pipeline, int32_t lane, co
     while (static_cast<int32_t>(out.tokens.size()) < request.max_tokens) {
         if (pos >= pipeline.ctx_size()) break;  // context full: finish with "length"
         SKIPPY_ASSIGN_OR_RETURN(token_id next, pipeline.decode(lane, pos, current));
-        if (out.tokens.empty()) out.ttft_ms = elapsed_ms(t_start);
+        if (out.tokens.empty()) {
+            out.ttft_ms = elapsed_ms(t_start);
+            // A restore that rides on the first decode may still have missed (and been
+            // computed instead): ask again.
+            out.cached_tokens = pipeline.cached_tokens(lane);
+        }
         if (request.is_end_of_generation && request.is_end_of_generation(next)) {
             out.finish = finish_reason::end_of_generation;
             break;

@@ -50,7 +50,9 @@ public:
     // Ends the request on `lane` (stages may record what was computed, then reset it).
     virtual void end(int32_t lane) = 0;
 
-    // Prompt tokens whose KV the last begin/prefill restored instead of computing.
+    // Prompt positions [0, n) whose KV a prefix cache restored instead of computing.
+    // After begin() prefill starts there; after the first decode it is final (a restore
+    // that rode on that decode and missed was computed instead, and reads 0).
     virtual int64_t cached_tokens(int32_t lane) const { (void)lane; return 0; }
 };
 

@@ -41,6 +41,13 @@ void sampler::accept(token_id id) {
     while (recent_.size() > static_cast<size_t>(config_.penalty_last_n)) recent_.pop_front();
 }
 
+void sampler::set_history(std::span<const token_id> sequence) {
+    recent_.clear();
+    if (config_.penalty_last_n <= 0) return;
+    const size_t n = std::min(sequence.size(), static_cast<size_t>(config_.penalty_last_n));
+    recent_.assign(sequence.end() - static_cast<std::ptrdiff_t>(n), sequence.end());
+}
+
 token_id sampler::sample(std::span<float> logits) {
     const int64_t n_vocab = static_cast<int64_t>(logits.size());
     for (const auto & [id, bias] : config_.logit_bias) {

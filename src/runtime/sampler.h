@@ -44,6 +44,9 @@ public:
     token_id sample(std::span<float> logits);
     // Records a token (prompt or generated) in the penalty window.
     void accept(token_id id);
+    // Replaces the penalty window with the last penalty_last_n tokens of `sequence`
+    // (everything the session holds so far), whatever was accepted before.
+    void set_history(std::span<const token_id> sequence);
 
     const sampling_config & config() const { return config_; }
 

@@ -81,6 +81,7 @@ status stage::forward(int32_t lane, int64_t pos_start, std::span<const token_id>
                                                             std::to_string(ls.kv->n_tokens()) + " tokens the lane holds");
     }
     std::lock_guard<std::mutex> lock(compute_mutex_);
+    if (write_admission_) write_admission_(lane, pos_start, n_tokens);
     float * x = act_out.data();
     if (is_first()) {
         if (tokens.size() != static_cast<size_t>(n_tokens)) return make_error(error_code::invalid_argument, "token count mismatch");

@@ -12,6 +12,7 @@
 #include "kv/kv.h"
 #include "model/model.h"
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -65,6 +66,13 @@ public:
     // Drops the lane's positions >= n_tokens.
     void truncate_lane(int32_t lane, int64_t n_tokens);
 
+    // Called inside forward(), under the compute lock, just before the lane's KV is
+    // extended for positions [pos_start, pos_start + n_tokens): a prefix cache evicts
+    // entries here so the write finds free blocks (no other lane can take them in
+    // between). Set once, before the stage serves requests.
+    using write_admission_fn = std::function<void(int32_t lane, int64_t pos_start, int64_t n_tokens)>;
+    void set_write_admission(write_admission_fn fn) { write_admission_ = std::move(fn); }
+
 private:
     struct lane_state {
         std::unique_ptr<kv_sequence> kv;
@@ -81,6 +89,7 @@ private:
     forward_workspace                     head_ws_;
     int32_t                               ctx_size_ = 0;
     std::mutex                            compute_mutex_;
+    write_admission_fn                    write_admission_;
 };
 
 }  // namespace skippy

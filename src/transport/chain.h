@@ -1,15 +1,24 @@
-// Stage 0 of a chain: the pipeline_i that generate and serve drive when the model is
-// split (DESIGN §2). Stage 0 runs its own layers, streams prefill chunks and decode
-// steps to stage 1 over each lane's forward link (credit-windowed, so stage k works
-// on chunk i while stage k-1 computes chunk i+1), and receives predicted tokens from
-// the final stage on the lane's direct return link, which the final stage dials into
-// stage 0's endpoint.
+// Stage 0: the pipeline_i that generate and serve drive (DESIGN §2, docs/transport.md).
+//
+// Stage 0 runs its own layers (all of them when the chain has one stage, in which case
+// it also samples), streams prefill chunks and decode steps to stage 1 over each
+// lane's forward link (credit-windowed, so stage k works on chunk i while stage k-1
+// computes chunk i+1), and receives predicted tokens from the final stage on the
+// lane's direct return link, which the final stage dials into stage 0's endpoint.
+//
+// Prefix cache (DESIGN §6): at begin() stage 0 probes its own cache and then the
+// chain's, and restores the longest prefix every stage holds — on all stages or none,
+// rolling back on any miss — so prefill starts after it. When the whole prompt but
+// its last token is cached, the restore rides on the first decode
+// (TryRestorePrefillDecode), one trip down the chain; a miss there falls back to a
+// full prefill inside decode().
 //
 // A lane whose links fail is marked broken: the request fails with the reason, and
 // the next begin() on that lane reconnects the chain.
 #pragma once
 
 #include "runtime/pipeline.h"
+#include "transport/lane_cache.h"
 #include "transport/stage_server.h"
 
 #include <condition_variable>
@@ -22,9 +31,11 @@ namespace skippy::transport {
 
 class chain_pipeline final : public pipeline_i {
 public:
-    // REQUIRES: stage0 runs topo.stages[0].layers; return_listener is bound to stage
-    // 0's endpoint (or any port for in-process chains, with topo updated to match).
-    chain_pipeline(std::unique_ptr<stage> stage0, topology topo, tcp_listener return_listener, const chain_options & options);
+    // REQUIRES: stage0 runs topo.stages[0].layers; with more than one stage,
+    // return_listener is bound to stage 0's endpoint (or any port for in-process chains,
+    // with topo updated to match). `cache` was created for stage0 (null: no cache).
+    chain_pipeline(std::unique_ptr<stage> stage0, std::unique_ptr<stage_cache_host> cache, topology topo,
+                   tcp_listener return_listener, const chain_options & options);
     ~chain_pipeline() override;
 
     int32_t n_lanes() const override { return stage_->n_lanes(); }
@@ -38,28 +49,20 @@ public:
     status prefill(int32_t lane, int64_t pos_start, std::span<const token_id> tokens) override;
     result<token_id> decode(int32_t lane, int64_t pos, token_id token) override;
     void end(int32_t lane) override;
+    int64_t cached_tokens(int32_t lane) const override;
 
-    // Stats merged along the chain for the lane's last predicted token.
+    // Stats merged along the chain for the lane's current (or last) request: cache hits
+    // and records with their stage masks, compute maxima.
     protocol::stats_block last_stats(int32_t lane) const;
+    int32_t n_stages() const { return topo_.n_stages(); }
+    stage_cache_host * cache_host() { return cache_.get(); }
 
     // Stage servers this pipeline owns and stops on destruction (in-process chains).
     void own_servers(std::vector<std::unique_ptr<stage_server>> servers) { servers_ = std::move(servers); }
+    const std::vector<std::unique_ptr<stage_server>> & servers() const { return servers_; }
 
 private:
-    struct lane_state {
-        stage_link            forward;
-        int32_t               outstanding = 0;
-        uint64_t              next_request_id = 1;
-        bool                  broken = true;  // (re)connect on the next begin()
-        std::vector<float>    hidden;
-        protocol::stats_block last_stats;
-        int32_t               decode_step = 0;
-        int32_t               prompt_tokens = 0;
-        // Set by the acceptor thread, taken by the lane's user.
-        std::mutex              return_mutex;
-        std::condition_variable return_ready;
-        std::unique_ptr<stage_link> return_link;
-    };
+    struct lane_state;
 
     void accept_loop();
     status fail_lane(int32_t lane, const status & st);
@@ -69,26 +72,36 @@ private:
     status roundtrip(int32_t lane, protocol::request req, protocol::reply & reply);
     protocol::request make_request(lane_state & ls, protocol::message_kind kind, int64_t pos_start) const;
     status send_streamed(int32_t lane, protocol::request req);
+    status restore_chain(int32_t lane);
+    result<token_id> decode_with_restore(int32_t lane, int64_t pos, token_id token);
+    result<token_id> wait_for_token(int32_t lane, uint64_t request_id);
+    result<token_id> sample_local(int32_t lane, int64_t pos);
+    protocol::activation_frame output_frame(const std::vector<float> & hidden) const;
+    bool single_stage() const { return topo_.n_stages() == 1; }
 
-    std::unique_ptr<stage>                   stage_;
-    topology                                 topo_;
-    tcp_listener                             listener_;
-    chain_options                            options_;
-    std::vector<std::unique_ptr<lane_state>> lanes_;
-    std::atomic<bool>                        stopping_{false};
-    std::thread                              acceptor_;
+    std::unique_ptr<stage>                     stage_;
+    std::unique_ptr<stage_cache_host>          cache_;
+    topology                                   topo_;
+    tcp_listener                               listener_;
+    chain_options                              options_;
+    std::vector<std::unique_ptr<lane_state>>   lanes_;
+    std::atomic<bool>                          stopping_{false};
+    std::thread                                acceptor_;
     std::vector<std::unique_ptr<stage_server>> servers_;
 };
+
+// The stage options a chain's stage needs (pool room for cached prefixes included).
+stage_options stage_options_for(const stage_options & base, layer_range layers, const cache_settings & cache);
 
 // `generate --stages N` and `serve --stages N`: N stages in this process, connected
 // over loopback TCP with the real protocol (no function-call shortcut). Layers are
 // split evenly; every stage gets `options`, threads included: stages mostly take turns
 // (decode visits them one after another), and an idle stage's workers sleep.
-result<std::unique_ptr<pipeline_i>> make_embedded_chain(std::shared_ptr<const gguf::file> file, int32_t n_stages,
-                                                        const stage_options & options, const chain_options & chain);
+result<std::unique_ptr<chain_pipeline>> make_embedded_chain(std::shared_ptr<const gguf::file> file, int32_t n_stages,
+                                                            const stage_options & options, const chain_options & chain);
 
 // `generate --topology T.json`: stage 0 here, the other stages are external processes.
-result<std::unique_ptr<pipeline_i>> make_topology_chain(std::shared_ptr<const gguf::file> file, const topology & topo,
-                                                        const stage_options & options, const chain_options & chain);
+result<std::unique_ptr<chain_pipeline>> make_topology_chain(std::shared_ptr<const gguf::file> file, const topology & topo,
+                                                            const stage_options & options, const chain_options & chain);
 
 }  // namespace skippy::transport

@@ -37,3 +37,52 @@ inline protocol::sampling_params to_sampling_params(const sampling_config & c) {
 }
 
 }  // namespace skippy::transport
+
+#include "cache/decisions.h"
+
+namespace skippy::transport {
+
+// Adds a stage's cache counters to a stats block (counters add, masks OR).
+inline void add_cache_counters(protocol::stats_block & s, const cache::cache_counters & c) {
+    protocol::stats_block local;
+    local.kv_lookup_hits = c.kv_lookup_hits;
+    local.kv_lookup_misses = c.kv_lookup_misses;
+    local.kv_lookup_errors = c.kv_lookup_errors;
+    local.kv_imported_pages = c.kv_imported_pages;
+    local.kv_imported_tokens = c.kv_imported_tokens;
+    local.kv_recorded_pages = c.kv_recorded_pages;
+    local.kv_recorded_bytes = c.kv_recorded_bytes;
+    local.kv_hit_stage_mask = c.kv_hit_stage_mask;
+    local.kv_record_stage_mask = c.kv_record_stage_mask;
+    s = protocol::merge_stats(s, local);
+}
+
+inline cache::cache_mode to_cache_mode(protocol::prompt_cache_mode m) {
+    switch (m) {
+        case protocol::prompt_cache_mode::off: return cache::cache_mode::off;
+        case protocol::prompt_cache_mode::record: return cache::cache_mode::record;
+        case protocol::prompt_cache_mode::lookup_record: return cache::cache_mode::lookup_record;
+    }
+    return cache::cache_mode::off;
+}
+
+inline protocol::prompt_cache_mode to_prompt_cache_mode(cache::cache_mode m) {
+    switch (m) {
+        case cache::cache_mode::off: return protocol::prompt_cache_mode::off;
+        case cache::cache_mode::record: return protocol::prompt_cache_mode::record;
+        case cache::cache_mode::lookup_record: return protocol::prompt_cache_mode::lookup_record;
+    }
+    return protocol::prompt_cache_mode::off;
+}
+
+inline protocol::ack_outcome to_ack_outcome(cache::lookup_outcome o) {
+    switch (o) {
+        case cache::lookup_outcome::hit: return protocol::ack_outcome::hit;
+        case cache::lookup_outcome::short_: return protocol::ack_outcome::short_hit;
+        case cache::lookup_outcome::miss: return protocol::ack_outcome::miss;
+        case cache::lookup_outcome::error: return protocol::ack_outcome::error;
+    }
+    return protocol::ack_outcome::miss;
+}
+
+}  // namespace skippy::transport

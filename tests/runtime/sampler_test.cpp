@@ -138,3 +138,22 @@ TEST(sampler, ValidationNamesTheBadField) {
 
 }  // namespace
 }  // namespace skippy
+
+namespace skippy {
+namespace {
+
+TEST(sampler, HistoryReplacesTheWindowWithTheSequenceTail) {
+    sampling_config c;
+    c.temperature = 0;
+    c.repeat_penalty = 4.0f;
+    c.penalty_last_n = 2;
+    sampler s(c);
+    s.accept(0);
+    const std::vector<token_id> seq = {0, 0, 1, 2};  // the window is the last two: {1, 2}
+    s.set_history(seq);
+    std::vector<float> l = {3.0f, 2.0f, 0.0f};  // token 1 penalized to 0.5; token 0 no longer is
+    EXPECT_EQ(s.sample(l), 0);
+}
+
+}  // namespace
+}  // namespace skippy

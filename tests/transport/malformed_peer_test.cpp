@@ -34,12 +34,12 @@ protected:
         so.layers = {1, 2};
         auto st = stage::load(file_, so);
         ASSERT_TRUE(st.is_ok());
-        server_ = std::make_unique<transport::stage_server>(std::move(st).value(), 1, topo_, std::move(l1).value(), transport::chain_options{});
+        server_ = std::make_unique<transport::stage_server>(std::move(st).value(), nullptr, 1, topo_, std::move(l1).value(), transport::chain_options{});
         server_->start();
         so.layers = {0, 1};
         auto st0 = stage::load(file_, so);
         ASSERT_TRUE(st0.is_ok());
-        chain_ = std::make_unique<transport::chain_pipeline>(std::move(st0).value(), topo_, std::move(l0).value(), transport::chain_options{});
+        chain_ = std::make_unique<transport::chain_pipeline>(std::move(st0).value(), nullptr, topo_, std::move(l0).value(), transport::chain_options{});
     }
 
     // A raw connection to the stage server, past a valid handshake when asked.

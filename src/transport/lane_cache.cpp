@@ -1,0 +1,109 @@
+#include "transport/lane_cache.h"
+
+#include "base/log.h"
+
+#include <cstring>
+
+namespace skippy::transport {
+
+void lane_cache::configure(const std::string & cache_key, cache::cache_mode mode, int64_t prompt_tokens) {
+    reset();
+    prompt_tokens_ = prompt_tokens;
+    if (!cache()) return;
+    const cache::cache_mode stage_mode = cache()->config().mode;
+    mode_ = static_cast<int>(mode) < static_cast<int>(stage_mode) ? mode : stage_mode;
+    auto ns = host_->namespace_for(cache_key);
+    if (ns.is_ok()) {
+        ns_ = *ns;
+    } else {
+        SKIPPY_LOG_WARN("stage %d: no cache namespace: %s", host_->stage_index(), ns.error().to_string().c_str());
+        mode_ = cache::cache_mode::off;
+    }
+}
+
+void lane_cache::reset() {
+    if (cache()) cache()->reset_session(lane_);
+    ns_.reset();
+    mode_ = cache::cache_mode::off;
+    prompt_tokens_ = 0;
+}
+
+bool lane_cache::lookups() const { return cache() && ns_ && mode_ == cache::cache_mode::lookup_record; }
+bool lane_cache::records() const { return cache() && ns_ && mode_ != cache::cache_mode::off; }
+
+int64_t lane_cache::probe(std::span<const token_id> tokens) {
+    if (!lookups()) return 0;
+    cache::probe_request req;
+    req.ns = *ns_;
+    req.tokens = tokens;
+    req.max_tokens = static_cast<int64_t>(tokens.size());
+    req.session = lane_;
+    const cache::probe_result r = cache()->probe(req);
+    return r.outcome == cache::lookup_outcome::miss ? 0 : r.restorable_tokens;
+}
+
+cache::restore_result lane_cache::restore(std::span<const token_id> tokens, int64_t max_tokens, cache::lookup_kind kind,
+                                          bool allow_short) {
+    if (!lookups()) return {};
+    cache::restore_request req;
+    req.ns = *ns_;
+    req.session = lane_;
+    req.tokens = tokens;
+    req.max_tokens = max_tokens;
+    req.kind = kind;
+    req.allow_short = allow_short;
+    return cache()->restore(req);
+}
+
+bool lane_cache::restore_chunk_with_activation(std::span<const token_id> tokens, int32_t width, std::vector<float> & frame_out,
+                                               cache::cache_counters & counters) {
+    if (!lookups()) return false;
+    cache::activation_restore_request req;
+    req.ns = *ns_;
+    req.session = lane_;
+    req.tokens = tokens;
+    req.width = width;
+    cache::activation_restore_result r = cache()->restore_with_activation(req);
+    counters.merge(r.kv.counters);
+    const size_t want_bytes = tokens.size() * static_cast<size_t>(width) * sizeof(float);
+    if (r.outcome != cache::activation_outcome::hit || !r.frame || r.frame->size() != want_bytes) {
+        if (r.kv.restored_tokens > 0) rollback();  // KV without its frame: the chunk is recomputed whole
+        return false;
+    }
+    frame_out.resize(tokens.size() * static_cast<size_t>(width));
+    std::memcpy(frame_out.data(), r.frame->data(), want_bytes);
+    return true;
+}
+
+void lane_cache::record_activation(std::span<const token_id> tokens, int32_t width, std::span<const float> frame) {
+    if (!records()) return;
+    std::vector<uint8_t> bytes(frame.size() * sizeof(float));
+    std::memcpy(bytes.data(), frame.data(), bytes.size());
+    (void)cache()->record_activation(*ns_, tokens, width, std::move(bytes));
+}
+
+void lane_cache::rollback() {
+    if (cache()) cache()->rollback_session(lane_);
+}
+
+void lane_cache::note_prefill(int64_t pos_start, std::span<const token_id> tokens) {
+    if (records()) cache()->note_prefill(lane_, pos_start, tokens);
+}
+
+cache::cache_counters lane_cache::record_if_final(int64_t pos_end, bool prefill_final) {
+    if (!records()) return {};
+    // The last prompt token always runs through decode, so the prefill of a prompt of
+    // n tokens ends at n - 1 (or at n for PrefillFinal, which samples itself).
+    const int64_t prefill_end = prefill_final ? prompt_tokens_ : prompt_tokens_ - 1;
+    if (pos_end != prefill_end) return {};
+    return cache()->record(*ns_, lane_, cache::record_reason::final_prefill).counters;
+}
+
+cache::cache_counters lane_cache::stop() {
+    cache::cache_counters c;
+    if (records()) c = cache()->record(*ns_, lane_, cache::record_reason::stop).counters;
+    reset();
+    return c;
+}
+
+}  // namespace skippy::transport

@@ -1,0 +1,59 @@
+// The prefix cache as one lane of a stage sees it during a request: the request's
+// namespace and cache mode, and the few calls the message loop makes. Used by stage 0
+// (chain_pipeline) and by the stage servers alike. Without a cache (host null or the
+// cache off) every call is a cheap no-op that reports nothing.
+#pragma once
+
+#include "runtime/stage.h"
+#include "transport/stage_cache_host.h"
+
+#include <optional>
+#include <span>
+#include <string>
+
+namespace skippy::transport {
+
+class lane_cache {
+public:
+    lane_cache(stage_cache_host * host, int32_t lane) : host_(host), lane_(lane) {}
+
+    // Starts a request: resets the lane's cache state and picks the namespace for the
+    // client key. `mode` is the request's mode, capped by the stage's own.
+    void configure(const std::string & cache_key, cache::cache_mode mode, int64_t prompt_tokens);
+    void reset();
+
+    bool lookups() const;
+    bool records() const;
+    int64_t min_tokens() const { return host_ ? host_->min_tokens() : 0; }
+
+    // Tokens of `tokens` this stage could restore now (0 when below min_tokens).
+    int64_t probe(std::span<const token_id> tokens);
+
+    // Restores a cached prefix of `tokens` into the lane (see stage_cache::restore).
+    cache::restore_result restore(std::span<const token_id> tokens, int64_t max_tokens, cache::lookup_kind kind, bool allow_short);
+
+    // In-band on a Prefill at position 0: the forwarded frame and KV of the whole chunk.
+    // On a hit, `frame_out` holds the chunk's output rows and the KV is in place.
+    bool restore_chunk_with_activation(std::span<const token_id> tokens, int32_t width, std::vector<float> & frame_out,
+                                       cache::cache_counters & counters);
+    void record_activation(std::span<const token_id> tokens, int32_t width, std::span<const float> frame);
+
+    void rollback();
+    void note_prefill(int64_t pos_start, std::span<const token_id> tokens);
+    // After a prefilled chunk ending at `pos_end`: records the accumulated prompt when
+    // the chunk was the prompt's last prefill chunk. Returns the counters to report.
+    cache::cache_counters record_if_final(int64_t pos_end, bool prefill_final);
+    // At Stop: records what was added since the last record, then resets.
+    cache::cache_counters stop();
+
+private:
+    cache::stage_cache * cache() const { return host_ ? host_->cache() : nullptr; }
+
+    stage_cache_host *                    host_;
+    int32_t                               lane_;
+    std::optional<cache::cache_namespace> ns_;
+    cache::cache_mode                     mode_ = cache::cache_mode::off;
+    int64_t                               prompt_tokens_ = 0;
+};
+
+}  // namespace skippy::transport

@@ -1,0 +1,151 @@
+// Helpers for prefix-cache tests over real chains: scenarios of prompts run with the
+// cache off and on, decision events captured in memory.
+#pragma once
+
+#include "chain_fixture.h"
+#include "telemetry/telemetry.h"
+
+#include <mutex>
+
+namespace skippy::testing {
+
+// Keeps every event (thread-safe).
+class memory_sink final : public telemetry::event_sink_i {
+public:
+    void emit(const telemetry::event & e) override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        events_.push_back(e);
+    }
+    std::vector<telemetry::event> events() const {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return events_;
+    }
+    // Events whose attribute `key` equals `value`.
+    int count(const std::string & key, const std::string & value) const {
+        int n = 0;
+        for (const auto & e : events()) {
+            for (const auto & [k, v] : e.attrs) {
+                if (k == key && std::holds_alternative<std::string>(v) && std::get<std::string>(v) == value) ++n;
+            }
+        }
+        return n;
+    }
+
+private:
+    mutable std::mutex            mutex_;
+    std::vector<telemetry::event> events_;
+};
+
+struct cache_run_options {
+    int32_t  n_stages = 1;
+    bool     cache_on = true;
+    int64_t  min_tokens = 8;
+    int64_t  max_entries = 64;
+    int64_t  exact_max_bytes = 64ll << 20;
+    int64_t  resident_tokens = -1;
+    int32_t  ctx = 512;
+    int32_t  threads = 1;
+    std::shared_ptr<memory_sink> sink;
+};
+
+inline std::unique_ptr<transport::chain_pipeline> cached_chain(std::shared_ptr<const gguf::file> file, const cache_run_options & o) {
+    stage_options so;
+    so.n_threads = o.threads;
+    so.ctx_size = o.ctx;
+    transport::chain_options co;
+    co.cache.config.mode = o.cache_on ? cache::cache_mode::lookup_record : cache::cache_mode::off;
+    co.cache.config.min_tokens = o.min_tokens;
+    co.cache.config.max_entries = o.max_entries;
+    co.cache.config.exact_max_bytes = o.exact_max_bytes;
+    co.cache.resident_tokens = o.resident_tokens;
+    co.cache.sink = o.sink;
+    auto p = transport::make_embedded_chain(std::move(file), o.n_stages, so, co);
+    EXPECT_TRUE(p.is_ok()) << p.error().to_string();
+    return p.is_ok() ? std::move(p).value() : nullptr;
+}
+
+struct turn_result {
+    std::vector<token_id> tokens;
+    int64_t               cached = 0;
+    protocol::stats_block stats;
+};
+
+inline turn_result run_turn(transport::chain_pipeline & p, const std::vector<token_id> & prompt, int32_t n, int32_t chunk = 16) {
+    generation_request req;
+    req.prompt = prompt;
+    req.max_tokens = n;
+    req.prefill_chunk_tokens = chunk;
+    req.sampling.temperature = 0;
+    auto res = run_generation(p, 0, req);
+    EXPECT_TRUE(res.is_ok()) << res.error().to_string();
+    turn_result out;
+    if (!res.is_ok()) return out;
+    out.tokens = res->tokens;
+    out.cached = res->cached_tokens;
+    out.stats = p.last_stats(0);
+    return out;
+}
+
+// Waits for every stage's asynchronous exact-state records.
+inline void wait_for_records(transport::chain_pipeline & p) {
+    if (p.cache_host() && p.cache_host()->cache()) p.cache_host()->cache()->wait_for_records();
+    for (const auto & s : p.servers()) {
+        if (s->cache_host() && s->cache_host()->cache()) s->cache_host()->cache()->wait_for_records();
+    }
+}
+
+inline std::vector<token_id> tokens_of(int n, int salt) {
+    std::vector<token_id> p = {1};
+    for (int i = 1; i < n; ++i) p.push_back(3 + (i * 37 + salt * 101) % 290);
+    return p;
+}
+
+inline std::vector<token_id> concat(std::vector<token_id> a, const std::vector<token_id> & b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
+// Runs the scenario on one pipeline. Prompts that depend on earlier outputs
+// (multi-turn growth) are built from this run's outputs, which the exactness check
+// requires to equal the reference anyway.
+inline std::vector<turn_result> run_scenario(transport::chain_pipeline & p) {
+    std::vector<turn_result> out;
+    const auto base = tokens_of(60, 1);
+    out.push_back(run_turn(p, base, 8));                                   // 0: cold
+    out.push_back(run_turn(p, base, 8));                                   // 1: repeat
+    out.push_back(run_turn(p, concat(std::vector<token_id>(base.begin(), base.begin() + 45), tokens_of(12, 7)), 8));  // 2: shared prefix, new suffix
+    auto turn2 = concat(concat(base, out[1].tokens), tokens_of(9, 3));
+    out.push_back(run_turn(p, turn2, 8));                                  // 3: multi-turn growth
+    out.push_back(run_turn(p, std::vector<token_id>(base.begin(), base.begin() + 30), 8));  // 4: shorter than cached
+    out.push_back(run_turn(p, concat(turn2, tokens_of(20, 9)), 8));        // 5: longer than cached
+    out.push_back(run_turn(p, tokens_of(50, 42), 8));                      // 6: unrelated
+    out.push_back(run_turn(p, base, 8));                                   // 7: the first prompt again
+    return out;
+}
+
+// Runs the scenario on a cache-off and a cache-on pipeline: the tokens must be equal
+// turn by turn, and the cache-on run must restore what each turn can reuse.
+inline void expect_scenario_exact(transport::chain_pipeline & cold, transport::chain_pipeline & warm, int32_t n_stages) {
+    const auto want = run_scenario(cold);
+    const auto got = run_scenario(warm);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(got[i].tokens, want[i].tokens) << "turn " << i;
+        EXPECT_EQ(want[i].cached, 0) << "turn " << i << ": the cache-off run restored something";
+    }
+    const uint64_t all_stages = (uint64_t(1) << n_stages) - 1;
+    EXPECT_EQ(got[0].cached, 0);
+    EXPECT_EQ(got[1].cached, 59) << "a repeat restores all but the last prompt token";
+    EXPECT_EQ(got[1].stats.kv_hit_stage_mask, all_stages);
+    EXPECT_EQ(got[2].cached, 45) << "the shared part of a diverging prompt";
+    EXPECT_EQ(got[2].stats.kv_hit_stage_mask, all_stages);
+    EXPECT_EQ(got[3].cached, 59) << "multi-turn growth restores the previous prompt";
+    EXPECT_EQ(got[4].cached, 29) << "a shorter query is served by a longer entry";
+    EXPECT_GE(got[5].cached, got[3].cached) << "a longer query restores the longest recorded prefix";
+    EXPECT_EQ(got[6].cached, 0);
+    EXPECT_EQ(got[6].stats.kv_hit_stage_mask, 0u);
+    EXPECT_EQ(got[7].cached, 59);
+    EXPECT_GT(got[0].stats.kv_record_stage_mask, 0u) << "the cold run recorded";
+}
+
+}  // namespace skippy::testing

@@ -18,5 +18,6 @@ void add_tokenize_command(CLI::App & app, command_runner & run);
 void add_make_model_command(CLI::App & app, command_runner & run);
 void add_bench_command(CLI::App & app, command_runner & run);
 void add_stage_commands(CLI::App & app, command_runner & run);
+void add_bench_cache_command(CLI::App & app, command_runner & run);
 
 }  // namespace skippy::cli

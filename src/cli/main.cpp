@@ -19,6 +19,7 @@ int main(int argc, char ** argv) {
     skippy::cli::add_make_model_command(app, run);
     skippy::cli::add_bench_command(app, run);
     skippy::cli::add_stage_commands(app, run);
+    skippy::cli::add_bench_cache_command(app, run);
 
     try {
         app.parse(argc, argv);

@@ -240,6 +240,7 @@ restore_result stage_cache::restore_locked(const restore_request & req, telemetr
         r.imported_pages = *pages;
     }
     r.restored_tokens = best;
+    ++(tier == cache_tier::resident ? n_resident_restores_ : n_exact_restores_);
     accumulator_.seed(req.session, req.tokens.first(static_cast<size_t>(best)));
     return finish(best == target ? lookup_outcome::hit : lookup_outcome::short_);
 }
@@ -540,6 +541,8 @@ stage_cache_stats stage_cache::stats() const {
         s.n_records_stored = n_records_stored_;
         s.n_records_failed = n_records_failed_;
         s.n_quarantines = n_quarantines_;
+        s.n_resident_restores = n_resident_restores_;
+        s.n_exact_restores = n_exact_restores_;
     }
     s.worker = worker_.stats();
     return s;

@@ -143,6 +143,8 @@ struct stage_cache_stats {
     int64_t n_records_stored = 0;    // exact-state records the worker stored
     int64_t n_records_failed = 0;    // export failed or the tier refused them
     int64_t n_quarantines = 0;
+    int64_t n_resident_restores = 0;  // restores served by the resident tier
+    int64_t n_exact_restores = 0;     // restores served by the exact-state tier
 };
 
 class stage_cache {
@@ -244,6 +246,8 @@ private:
     int64_t n_records_stored_ = 0;
     int64_t n_records_failed_ = 0;
     int64_t n_quarantines_ = 0;
+    int64_t n_resident_restores_ = 0;
+    int64_t n_exact_restores_ = 0;
 
     record_worker                                           worker_;  // last: destroyed (joined) first
 };

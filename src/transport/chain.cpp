@@ -455,6 +455,13 @@ int64_t chain_pipeline::cached_tokens(int32_t lane) const { return lanes_[static
 
 protocol::stats_block chain_pipeline::last_stats(int32_t lane) const { return lanes_[static_cast<size_t>(lane)]->stats; }
 
+std::vector<telemetry::stage_snapshot> chain_pipeline::stage_snapshots() {
+    std::vector<telemetry::stage_snapshot> out;
+    out.push_back(stage_snapshot_of(0, *stage_, cache_.get()));
+    for (const auto & s : servers_) out.push_back(stage_snapshot_of(s->stage_index(), s->model_stage(), s->cache_host()));
+    return out;
+}
+
 stage_options stage_options_for(const stage_options & base, layer_range layers, const cache_settings & cache) {
     stage_options so = base;
     so.layers = layers;

@@ -57,6 +57,10 @@ public:
     int32_t n_stages() const { return topo_.n_stages(); }
     stage_cache_host * cache_host() { return cache_.get(); }
 
+    // /metrics snapshots of the stages in this process (stage 0 and in-process stages;
+    // external stage processes are not visible here). Thread-safe.
+    std::vector<telemetry::stage_snapshot> stage_snapshots();
+
     // Stage servers this pipeline owns and stops on destruction (in-process chains).
     void own_servers(std::vector<std::unique_ptr<stage_server>> servers) { servers_ = std::move(servers); }
     const std::vector<std::unique_ptr<stage_server>> & servers() const { return servers_; }

@@ -54,6 +54,39 @@ std::string platform_tag() {
 #endif
 }
 
+telemetry::stage_snapshot stage_snapshot_of(int32_t stage_index, stage & st, stage_cache_host * host) {
+    telemetry::stage_snapshot snap;
+    snap.stage = stage_index;
+    kv_pool & kv = st.kv();
+    snap.kv_pool = telemetry::kv_pool_snapshot{kv.n_blocks(), kv.n_blocks() - kv.n_free(), static_cast<int64_t>(kv.geometry().block_bytes())};
+    if (!host || !host->cache()) return snap;
+    const cache::stage_cache_stats s = host->cache()->stats();
+    const auto misses = static_cast<int64_t>(s.totals.kv_lookup_misses);
+    telemetry::cache_tier_snapshot resident;
+    resident.tier = "resident";
+    resident.hits = s.n_resident_restores;
+    resident.misses = misses;
+    resident.evictions = s.resident.n_evictions;
+    resident.entries = s.resident.n_entries;
+    resident.bytes = s.resident.n_blocks_held * static_cast<int64_t>(kv.geometry().block_bytes());
+    telemetry::cache_tier_snapshot exact;
+    exact.tier = "exact_state";
+    exact.hits = s.n_exact_restores;
+    exact.misses = misses;
+    exact.evictions = s.exact.n_evictions;
+    exact.entries = s.exact.n_entries;
+    exact.bytes = s.exact.blobs.physical_bytes;
+    telemetry::cache_tier_snapshot activation;
+    activation.tier = "activation";
+    activation.hits = s.activation.n_hits;
+    activation.misses = s.activation.n_misses;
+    activation.evictions = s.activation.n_evictions;
+    activation.entries = s.activation.n_entries;
+    activation.bytes = s.activation.n_bytes;
+    snap.cache_tiers = {resident, exact, activation};
+    return snap;
+}
+
 result<std::unique_ptr<stage_cache_host>> stage_cache_host::create(stage & st, const gguf::file & file, int32_t stage_index,
                                                                    const cache_settings & settings) {
     auto host = std::unique_ptr<stage_cache_host>(new stage_cache_host());

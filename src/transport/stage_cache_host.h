@@ -6,12 +6,15 @@
 #include "cache/pool_kv_backend.h"
 #include "cache/stage_cache.h"
 #include "runtime/stage.h"
+#include "telemetry/metrics.h"
 #include "telemetry/telemetry.h"
 
 #include <memory>
 #include <string>
 
 namespace skippy::transport {
+
+class stage_cache_host;
 
 // What every stage-running process is told about its cache (run-time flags).
 struct cache_settings {
@@ -35,6 +38,10 @@ std::string model_identity(const gguf::file & file, layer_range layers);
 
 // "x86_64-avx2" and the like: KV computed by one kernel path is only reused by it.
 std::string platform_tag();
+
+// What a stage reports at a /metrics scrape: its KV pool and, with a cache, each tier
+// (hits = restores served by the tier; misses = lookups no tier served).
+telemetry::stage_snapshot stage_snapshot_of(int32_t stage_index, stage & st, stage_cache_host * cache);
 
 class stage_cache_host {
 public:

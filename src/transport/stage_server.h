@@ -48,6 +48,7 @@ public:
     int32_t stage_index() const { return stage_index_; }
     uint16_t port() const { return listener_.port(); }
     stage_cache_host * cache_host() { return cache_.get(); }
+    stage & model_stage() { return *stage_; }
 
 private:
     struct lane_slot {

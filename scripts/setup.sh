@@ -8,6 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libssl-dev libpcre2-dev
   clang libclang-rt-dev python3 iproute2
+  prometheus  # only its promtool is used (tests check /metrics); no daemon is started
 )
 
 missing=()
@@ -26,5 +27,22 @@ sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
 echo "setup: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
+
+# Debian starts and enables the prometheus daemon (listening on :9090) when the package
+# is installed; we want only its promtool. A temporary policy-rc.d keeps apt from
+# starting services, and the unit is disabled afterwards where systemd runs.
+installing_prometheus=false
+[[ " ${missing[*]} " == *" prometheus "* ]] && installing_prometheus=true
+policy=/usr/sbin/policy-rc.d
+if $installing_prometheus && [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' | "${sudo_cmd[@]}" tee "$policy" >/dev/null
+  "${sudo_cmd[@]}" chmod 755 "$policy"
+  trap '"${sudo_cmd[@]}" rm -f "$policy"' EXIT
+fi
+
 "${sudo_cmd[@]}" apt-get update -qq
 "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+
+if $installing_prometheus && command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+  "${sudo_cmd[@]}" systemctl disable --now prometheus >/dev/null 2>&1 || true
+fi

@@ -16,6 +16,7 @@ void add_generate_command(CLI::App & app, command_runner & run);
 void add_eval_logits_command(CLI::App & app, command_runner & run);
 void add_tokenize_command(CLI::App & app, command_runner & run);
 void add_make_model_command(CLI::App & app, command_runner & run);
+void add_serve_command(CLI::App & app, command_runner & run);
 void add_bench_command(CLI::App & app, command_runner & run);
 void add_stage_commands(CLI::App & app, command_runner & run);
 void add_bench_cache_command(CLI::App & app, command_runner & run);

@@ -96,15 +96,21 @@ result<std::string> resolve_model_path(const std::string & model_flag, const cha
 }
 
 result<std::unique_ptr<transport::chain_pipeline>> make_pipeline(std::shared_ptr<const gguf::file> file,
-                                                                 const chain_choice & choice, const runtime_flags & flags) {
+                                                                 const chain_choice & choice, const runtime_flags & flags,
+                                                                 const transport::chain_options & co) {
     const stage_options so = to_stage_options(flags);
-    SKIPPY_ASSIGN_OR_RETURN(const transport::chain_options co, to_chain_options(flags));
     if (!choice.topology_path.empty()) {
         SKIPPY_ASSIGN_OR_RETURN(transport::topology topo, transport::topology::load(choice.topology_path));
         SKIPPY_LOG_INFO("stage 0 of %d (topology %s)", topo.n_stages(), choice.topology_path.c_str());
         return transport::make_topology_chain(std::move(file), topo, so, co);
     }
     return transport::make_embedded_chain(std::move(file), choice.stages, so, co);
+}
+
+result<std::unique_ptr<transport::chain_pipeline>> make_pipeline(std::shared_ptr<const gguf::file> file,
+                                                                 const chain_choice & choice, const runtime_flags & flags) {
+    SKIPPY_ASSIGN_OR_RETURN(const transport::chain_options co, to_chain_options(flags));
+    return make_pipeline(std::move(file), choice, flags, co);
 }
 
 }  // namespace skippy::cli

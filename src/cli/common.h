@@ -65,6 +65,10 @@ void add_chain_flags(CLI::App * cmd, chain_choice & choice);
 // The model file to load: -m, or the topology's model when -m is empty.
 result<std::string> resolve_model_path(const std::string & model_flag, const chain_choice & choice);
 
+// `chain` comes from to_chain_options(flags) (the caller keeps its telemetry sink).
+result<std::unique_ptr<transport::chain_pipeline>> make_pipeline(std::shared_ptr<const gguf::file> file,
+                                                                 const chain_choice & choice, const runtime_flags & flags,
+                                                                 const transport::chain_options & chain);
 result<std::unique_ptr<transport::chain_pipeline>> make_pipeline(std::shared_ptr<const gguf::file> file,
                                                                  const chain_choice & choice, const runtime_flags & flags);
 

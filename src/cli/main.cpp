@@ -17,6 +17,7 @@ int main(int argc, char ** argv) {
     skippy::cli::add_eval_logits_command(app, run);
     skippy::cli::add_tokenize_command(app, run);
     skippy::cli::add_make_model_command(app, run);
+    skippy::cli::add_serve_command(app, run);
     skippy::cli::add_bench_command(app, run);
     skippy::cli::add_stage_commands(app, run);
     skippy::cli::add_bench_cache_command(app, run);

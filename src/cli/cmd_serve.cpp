@@ -1,0 +1,137 @@
+// skippy serve: the OpenAI-compatible HTTP server (docs/http-api.md).
+#include "base/log.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "http/server.h"
+#include "runtime/pipeline.h"
+#include "runtime/stage.h"
+#include "telemetry/metrics.h"
+#include "telemetry/telemetry.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+#include <pthread.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+
+namespace skippy::cli {
+namespace {
+
+struct serve_options {
+    std::string model_path;
+    std::string host = "127.0.0.1";
+    int32_t     port = 8080;
+    int32_t     lanes = 4;
+    int32_t     queue = 64;
+    double      queue_timeout_s = 60;
+    int64_t     max_body_bytes = 8 << 20;
+    int32_t     batch_size = 512;
+    std::string alias;
+    runtime_flags runtime;  // -t, --ctx-size, --lanes, --kv-type, --kv-cache*, --telemetry-*, ...
+    chain_choice  chain;    // --stages N | --topology T.json
+};
+
+int run_serve(const serve_options & o) {
+    // SIGINT/SIGTERM are taken by sigwait on this thread. Block them before any thread
+    // starts (kernel pool, HTTP workers) so that every thread inherits the mask.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+    auto chain = to_chain_options(o.runtime);  // opens the telemetry file, shared by stages and HTTP
+    if (!chain.is_ok()) return fail(chain.error());
+    const telemetry::event_sink_ptr events = chain->cache.sink;
+
+    const auto t_load = std::chrono::steady_clock::now();
+    std::error_code ec;
+    auto model_path = resolve_model_path(o.model_path, o.chain);
+    if (!model_path.is_ok()) return fail(model_path.error());
+    const auto file_bytes = std::filesystem::file_size(*model_path, ec);
+    SKIPPY_LOG_INFO("loading model %s (%.1f MiB)", model_path->c_str(), ec ? 0.0 : static_cast<double>(file_bytes) / (1 << 20));
+    auto file = load_gguf(*model_path);
+    if (!file.is_ok()) return fail(file.error());
+    auto tok = tokenizer::from_gguf(**file);
+    if (!tok.is_ok()) return fail(tok.error());
+    const chat_template_family chat_template = detect_chat_template(**file);
+    SKIPPY_LOG_INFO("tokenizer: %s, %d tokens; chat template: %s",
+                    (*tok)->model() == tokenizer_model::spm ? "spm" : "bpe", (*tok)->n_vocab(),
+                    std::string(chat_template_family_name(chat_template)).c_str());
+
+    const stage_options so_log = to_stage_options(o.runtime);
+    SKIPPY_LOG_INFO("loading weights and allocating KV pools: %d stage(s), %d lanes, %s KV, %d threads, prefix cache %s",
+                    o.chain.topology_path.empty() ? o.chain.stages : 0, so_log.n_lanes, o.runtime.kv_type.c_str(), so_log.n_threads,
+                    o.runtime.kv_cache.c_str());
+    auto made = make_pipeline(*file, o.chain, o.runtime, *chain);
+    if (!made.is_ok()) return fail(made.error());
+    transport::chain_pipeline & pipeline = **made;
+    const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+    SKIPPY_LOG_INFO("model loaded in %.2f s: context %d tokens per lane, vocabulary %d", load_s, pipeline.ctx_size(),
+                    pipeline.n_vocab());
+
+    telemetry::metrics_registry metrics;
+    metrics.add_stage_provider([&pipeline] { return pipeline.stage_snapshots(); });
+
+    http::server_options so;
+    so.host = o.host;
+    so.port = o.port;
+    so.queue_capacity = o.queue;
+    so.queue_timeout_s = o.queue_timeout_s;
+    so.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
+    so.model_id = !o.alias.empty() ? o.alias : std::filesystem::path(*model_path).stem().string();
+    so.prefill_chunk_tokens = o.batch_size;
+    so.chat_template = chat_template;
+    http::http_server server(pipeline, **tok, so, metrics, events);
+    if (status st = server.start(); !st.is_ok()) return fail(st);
+    if (o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1") {
+        SKIPPY_LOG_WARN("listening on %s, not loopback: anyone who can reach it can use the server (no authentication)",
+                        o.host.c_str());
+    }
+    // Tests read the port from this line (--port 0 picks a free one).
+    SKIPPY_LOG_INFO("listening on http://%s:%d (model %s, stages %d, lanes %d, ctx %d, kv %s, threads %d, batch %d, "
+                    "queue %d, queue timeout %g s, max body %lld bytes, chat template %s, telemetry %s%s%s)",
+                    o.host.c_str(), server.port(), so.model_id.c_str(), pipeline.n_stages(), pipeline.n_lanes(), pipeline.ctx_size(),
+                    o.runtime.kv_type.c_str(), resolve_threads(o.runtime.threads), o.batch_size, o.queue, o.queue_timeout_s,
+                    static_cast<long long>(o.max_body_bytes), std::string(chat_template_family_name(chat_template)).c_str(),
+                    events ? o.runtime.telemetry_level.c_str() : "off", events ? " -> " : "",
+                    events ? o.runtime.telemetry_file.c_str() : "");
+
+    int signal_number = 0;
+    sigwait(&stop_signals, &signal_number);
+    SKIPPY_LOG_INFO("%s: shutting down (cancelling running requests)", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+    server.stop();
+    SKIPPY_LOG_INFO("stopped");
+    return 0;
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App & app, command_runner & run) {
+    auto o = std::make_shared<serve_options>();
+    CLI::App * cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
+    cmd->add_option("-m,--model", o->model_path, "GGUF model file (default with --topology: the topology's model)")
+        ->check(CLI::ExistingFile);
+    add_chain_flags(cmd, o->chain);
+    cmd->add_option("--host", o->host, "Address to listen on (loopback by default)")->capture_default_str();
+    cmd->add_option("--port", o->port, "Port to listen on (0: pick a free port, printed on the startup line)")
+        ->check(CLI::Range(0, 65535))->capture_default_str();
+    cmd->add_option("--queue", o->queue, "Requests that may wait for a lane (more get 429)")
+        ->check(CLI::Range(0, 4096))->capture_default_str();
+    cmd->add_option("--queue-timeout-s", o->queue_timeout_s, "Longest wait for a lane in seconds (then 503)")
+        ->check(CLI::Range(0.0, 86400.0))->capture_default_str();
+    cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body in bytes (more get 413)")
+        ->check(CLI::Range(int64_t(1024), int64_t(1) << 32))->capture_default_str();
+    cmd->add_option("-b,--batch-size", o->batch_size, "Prompt tokens per prefill chunk")
+        ->check(CLI::Range(1, 1 << 16))->capture_default_str();
+    cmd->add_option("--alias", o->alias, "Model id in the API (default: the file name without .gguf)");
+    add_runtime_flags(cmd, o->runtime, 4);
+    cmd->callback([&run, o] {
+        if (o->model_path.empty() && o->chain.topology_path.empty()) throw CLI::RequiredError("--model (or --topology)");
+        run = [o] { return run_serve(*o); };
+    });
+}
+
+}  // namespace skippy::cli

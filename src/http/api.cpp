@@ -1,0 +1,504 @@
+#include "http/api.h"
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+namespace skippy::http {
+namespace {
+
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+// Model output may hold invalid UTF-8 before sanitizing; never let dump() throw on it.
+std::string dump(const ojson & j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
+ojson null_or(const std::string & s) { return s.empty() ? ojson(nullptr) : ojson(s); }
+
+api_error bad(std::string message, std::string param, std::string code = "invalid_value") {
+    api_error e;
+    e.http_status = 400;
+    e.message = std::move(message);
+    e.param = std::move(param);
+    e.code = std::move(code);
+    return e;
+}
+
+api_error bad_type(const std::string & param, const char * expected) {
+    return bad("'" + param + "' must be " + expected, param, "invalid_type");
+}
+
+api_error unsupported(std::string message, std::string param) {
+    return bad(std::move(message), std::move(param), "unsupported_parameter");
+}
+
+// Field readers: absent and null both mean "not given" (OpenAI's optional fields accept
+// null). Each returns an error for a wrong type or a value out of range.
+const json * field(const json & obj, const char * key) {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return nullptr;
+    return &*it;
+}
+
+std::optional<api_error> read_number(const json & obj, const char * key, double lo, double hi, bool lo_open,
+                                     std::optional<double> & out) {
+    const json * v = field(obj, key);
+    if (!v) return std::nullopt;
+    if (!v->is_number()) return bad_type(key, "a number");
+    const double d = v->get<double>();
+    if (!std::isfinite(d) || d > hi || d < lo || (lo_open && d == lo)) {
+        char range[96];
+        std::snprintf(range, sizeof(range), "%s%g, %g]", lo_open ? "(" : "[", lo, hi);
+        return bad("'" + std::string(key) + "' must be in " + range, key);
+    }
+    out = d;
+    return std::nullopt;
+}
+
+std::optional<api_error> read_int(const json & obj, const char * key, int64_t lo, int64_t hi,
+                                  std::optional<int64_t> & out) {
+    const json * v = field(obj, key);
+    if (!v) return std::nullopt;
+    if (!v->is_number_integer()) return bad_type(key, "an integer");
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+        return bad("'" + std::string(key) + "' is out of range", key);
+    }
+    const int64_t i = v->get<int64_t>();
+    if (i < lo || i > hi) {
+        return bad("'" + std::string(key) + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", key);
+    }
+    out = i;
+    return std::nullopt;
+}
+
+std::optional<api_error> read_bool(const json & obj, const char * key, std::optional<bool> & out) {
+    const json * v = field(obj, key);
+    if (!v) return std::nullopt;
+    if (!v->is_boolean()) return bad_type(key, "a boolean");
+    out = v->get<bool>();
+    return std::nullopt;
+}
+
+std::optional<api_error> read_string(const json & obj, const char * key, std::optional<std::string> & out) {
+    const json * v = field(obj, key);
+    if (!v) return std::nullopt;
+    if (!v->is_string()) return bad_type(key, "a string");
+    out = v->get<std::string>();
+    return std::nullopt;
+}
+
+// A message's content: a string, or an array of {"type": "text", "text": ...} parts
+// (joined with "\n"); null only for an assistant message (read as "").
+std::optional<api_error> read_content(const json & msg, const std::string & role, const std::string & param,
+                                      std::string & out) {
+    auto it = msg.find("content");
+    if (it == msg.end() || it->is_null()) {
+        if (role == "assistant") {
+            out.clear();
+            return std::nullopt;
+        }
+        return bad("'" + param + ".content' is required", param + ".content");
+    }
+    if (it->is_string()) {
+        out = it->get<std::string>();
+        return std::nullopt;
+    }
+    if (!it->is_array()) return bad_type(param + ".content", "a string or an array of text parts");
+    out.clear();
+    bool first = true;
+    for (size_t i = 0; i < it->size(); ++i) {
+        const json & part = (*it)[i];
+        const std::string pp = param + ".content[" + std::to_string(i) + "]";
+        if (!part.is_object()) return bad_type(pp, "an object");
+        auto type = part.find("type");
+        if (type == part.end() || !type->is_string()) return bad_type(pp + ".type", "a string");
+        if (*type != "text") {
+            return unsupported("content parts of type '" + type->get<std::string>() + "' are not supported (text only)",
+                               pp + ".type");
+        }
+        auto text = part.find("text");
+        if (text == part.end() || !text->is_string()) return bad_type(pp + ".text", "a string");
+        if (!first) out += "\n";
+        out += text->get<std::string>();
+        first = false;
+    }
+    return std::nullopt;
+}
+
+std::optional<api_error> read_messages(const json & body, std::vector<chat_message> & out) {
+    const json * v = field(body, "messages");
+    if (!v) return bad("'messages' is required", "messages", "missing_required_parameter");
+    if (!v->is_array()) return bad_type("messages", "an array");
+    if (v->empty()) return bad("'messages' must hold at least one message", "messages");
+    for (size_t i = 0; i < v->size(); ++i) {
+        const json & m = (*v)[i];
+        const std::string param = "messages[" + std::to_string(i) + "]";
+        if (!m.is_object()) return bad_type(param, "an object");
+        auto role_it = m.find("role");
+        if (role_it == m.end() || !role_it->is_string()) return bad_type(param + ".role", "a string");
+        std::string role = role_it->get<std::string>();
+        if (role == "developer") role = "system";  // OpenAI's newer name for the system role
+        if (role == "tool" || role == "function") {
+            return unsupported("role '" + role + "' is not supported (no tool calling)", param + ".role");
+        }
+        if (role != "system" && role != "user" && role != "assistant") {
+            return bad("role '" + role + "' is not one of system, developer, user, assistant", param + ".role");
+        }
+        if (m.contains("tool_calls") && !m["tool_calls"].is_null() && !(m["tool_calls"].is_array() && m["tool_calls"].empty())) {
+            return unsupported("'tool_calls' are not supported (no tool calling)", param + ".tool_calls");
+        }
+        chat_message cm;
+        cm.role = role;
+        if (auto e = read_content(m, role, param, cm.content)) return e;
+        out.push_back(std::move(cm));
+    }
+    return std::nullopt;
+}
+
+std::optional<api_error> read_token_ids(const json & arr, const std::string & param, const request_limits & limits,
+                                        std::vector<int32_t> & out) {
+    for (size_t i = 0; i < arr.size(); ++i) {
+        const json & t = arr[i];
+        if (!t.is_number_integer()) return bad_type(param + "[" + std::to_string(i) + "]", "an integer token id");
+        const bool negative = t.is_number_integer() && !t.is_number_unsigned() && t.get<int64_t>() < 0;
+        if (negative || t.get<uint64_t>() >= static_cast<uint64_t>(limits.n_vocab)) {
+            return bad("token id " + t.dump() + " is outside the vocabulary [0, " + std::to_string(limits.n_vocab) + ")",
+                       param + "[" + std::to_string(i) + "]");
+        }
+        out.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    }
+    return std::nullopt;
+}
+
+// A prompt: a string, an array of token ids, or a one-element array holding either.
+std::optional<api_error> read_prompt(const json & body, const request_limits & limits, completion_request & out) {
+    const json * v = field(body, "prompt");
+    if (!v) return bad("'prompt' is required", "prompt", "missing_required_parameter");
+    if (v->is_string()) {
+        out.prompt_text = v->get<std::string>();
+        return std::nullopt;
+    }
+    if (!v->is_array()) return bad_type("prompt", "a string or an array of token ids");
+    if (v->empty()) return bad("'prompt' must not be an empty array", "prompt");
+    const json & first = (*v)[0];
+    if (first.is_number_integer()) {
+        out.prompt_is_tokens = true;
+        return read_token_ids(*v, "prompt", limits, out.prompt_tokens);
+    }
+    if (v->size() > 1) {
+        return unsupported("a batch of prompts is not supported: send one prompt (a string or an array of token ids)",
+                           "prompt");
+    }
+    if (first.is_string()) {
+        out.prompt_text = first.get<std::string>();
+        return std::nullopt;
+    }
+    if (first.is_array() && !first.empty()) {
+        out.prompt_is_tokens = true;
+        return read_token_ids(first, "prompt[0]", limits, out.prompt_tokens);
+    }
+    return bad_type("prompt", "a string or an array of token ids");
+}
+
+std::optional<api_error> read_stop(const json & body, const request_limits & limits, std::vector<std::string> & out) {
+    const json * v = field(body, "stop");
+    if (!v) return std::nullopt;
+    auto add = [&](const json & s, const std::string & param) -> std::optional<api_error> {
+        if (!s.is_string()) return bad_type(param, "a string");
+        std::string text = s.get<std::string>();
+        if (text.empty()) return bad("stop strings must not be empty", param);
+        if (text.size() > limits.max_stop_bytes) {
+            return bad("stop strings are limited to " + std::to_string(limits.max_stop_bytes) + " bytes", param);
+        }
+        out.push_back(std::move(text));
+        return std::nullopt;
+    };
+    if (v->is_string()) return add(*v, "stop");
+    if (!v->is_array()) return bad_type("stop", "a string or an array of strings");
+    if (v->size() > limits.max_stop_strings) {
+        return bad("at most " + std::to_string(limits.max_stop_strings) + " stop strings are allowed", "stop");
+    }
+    for (size_t i = 0; i < v->size(); ++i) {
+        if (auto e = add((*v)[i], "stop[" + std::to_string(i) + "]")) return e;
+    }
+    return std::nullopt;
+}
+
+std::optional<api_error> read_logit_bias(const json & body, const request_limits & limits, sampling_config & s) {
+    const json * v = field(body, "logit_bias");
+    if (!v) return std::nullopt;
+    if (!v->is_object()) return bad_type("logit_bias", "an object mapping token ids to numbers");
+    for (auto it = v->begin(); it != v->end(); ++it) {
+        const std::string & key = it.key();
+        char * end = nullptr;
+        errno = 0;
+        const long long id = key.empty() ? -1 : std::strtoll(key.c_str(), &end, 10);
+        if (key.empty() || errno != 0 || *end != '\0' || id < 0 || id >= limits.n_vocab) {
+            return bad("logit_bias key '" + key + "' is not a token id in [0, " + std::to_string(limits.n_vocab) + ")",
+                       "logit_bias");
+        }
+        if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < -100 || it->get<double>() > 100) {
+            return bad("logit_bias values must be numbers in [-100, 100]", "logit_bias");
+        }
+        s.logit_bias.emplace_back(static_cast<int32_t>(id), it->get<float>());
+    }
+    return std::nullopt;
+}
+
+// Options we do not implement: accepted only at their "off" value.
+std::optional<api_error> refuse_unsupported(const json & body, endpoint kind) {
+    if (const json * n = field(body, "n")) {
+        if (!n->is_number_integer() || n->get<int64_t>() != 1) return unsupported("only n = 1 is supported", "n");
+    }
+    if (const json * b = field(body, "best_of")) {
+        if (!b->is_number_integer() || b->get<int64_t>() != 1) return unsupported("only best_of = 1 is supported", "best_of");
+    }
+    if (const json * e = field(body, "echo")) {
+        if (!e->is_boolean()) return bad_type("echo", "a boolean");
+        if (e->get<bool>()) return unsupported("echo is not supported", "echo");
+    }
+    if (const json * l = field(body, "logprobs")) {
+        const bool off = (l->is_boolean() && !l->get<bool>()) || (kind == endpoint::completions && l->is_number_integer() && l->get<int64_t>() == 0);
+        if (!off) return unsupported("logprobs are not supported", "logprobs");
+    }
+    if (const json * t = field(body, "top_logprobs")) {
+        if (!t->is_number_integer() || t->get<int64_t>() != 0) return unsupported("top_logprobs are not supported", "top_logprobs");
+    }
+    if (const json * s = field(body, "suffix")) {
+        if (!s->is_string() || !s->get<std::string>().empty()) return unsupported("suffix is not supported", "suffix");
+    }
+    for (const char * key : {"tools", "functions"}) {
+        if (const json * t = field(body, key)) {
+            if (!t->is_array() || !t->empty()) return unsupported(std::string(key) + " are not supported (no tool calling)", key);
+        }
+    }
+    if (const json * r = field(body, "response_format")) {
+        const bool text = r->is_object() && r->contains("type") && (*r)["type"] == "text";
+        if (!text) return unsupported("only response_format {\"type\": \"text\"} is supported", "response_format");
+    }
+    return std::nullopt;
+}
+
+const char * object_name(endpoint kind, bool chunk) {
+    if (kind == endpoint::completions) return "text_completion";
+    return chunk ? "chat.completion.chunk" : "chat.completion";
+}
+
+ojson usage_json(const usage_numbers & u) {
+    ojson j;
+    j["prompt_tokens"] = u.prompt_tokens;
+    j["completion_tokens"] = u.completion_tokens;
+    j["total_tokens"] = u.prompt_tokens + u.completion_tokens;
+    j["prompt_tokens_details"] = ojson{{"cached_tokens", u.cached_tokens}};
+    return j;
+}
+
+ojson head_json(const response_meta & meta, bool chunk) {
+    ojson j;
+    j["id"] = meta.id;
+    j["object"] = object_name(meta.kind, chunk);
+    j["created"] = meta.created;
+    j["model"] = meta.model;
+    return j;
+}
+
+}  // namespace
+
+std::string error_body(const api_error & e) {
+    ojson err;
+    err["message"] = e.message;
+    err["type"] = e.type;
+    err["param"] = null_or(e.param);
+    err["code"] = null_or(e.code);
+    ojson j;
+    j["error"] = std::move(err);
+    return dump(j);
+}
+
+api_error error_for_status(int http_status, std::string message) {
+    api_error e;
+    e.http_status = http_status;
+    e.message = std::move(message);
+    switch (http_status) {
+        case 400: e.type = "invalid_request_error"; break;
+        case 404: e.type = "invalid_request_error"; e.code = "not_found"; break;
+        case 405: e.type = "invalid_request_error"; e.code = "method_not_allowed"; break;
+        case 413: e.type = "invalid_request_error"; e.code = "request_too_large"; break;
+        case 429: e.type = "rate_limit_error"; e.code = "queue_full"; break;
+        case 503: e.type = "server_error"; e.code = "service_unavailable"; break;
+        default: e.type = http_status >= 500 ? "server_error" : "invalid_request_error"; break;
+    }
+    return e;
+}
+
+std::optional<api_error> parse_request(std::string_view body, endpoint kind, const request_limits & limits,
+                                       completion_request & out) {
+    out = completion_request{};
+    out.kind = kind;
+    json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) {
+        return bad("the request body is not valid JSON", "", "invalid_json");
+    }
+    if (!j.is_object()) return bad("the request body must be a JSON object", "", "invalid_json");
+
+    std::optional<std::string> model;
+    if (auto e = read_string(j, "model", model)) return e;
+    out.model = model.value_or("");
+
+    if (kind == endpoint::chat_completions) {
+        if (auto e = read_messages(j, out.messages)) return e;
+    } else {
+        if (auto e = read_prompt(j, limits, out)) return e;
+    }
+    if (auto e = refuse_unsupported(j, kind)) return e;
+
+    std::optional<int64_t> max_tokens, max_completion_tokens, top_k;
+    if (auto e = read_int(j, "max_tokens", 0, limits.ctx_size, max_tokens)) return e;
+    if (kind == endpoint::chat_completions) {
+        if (auto e = read_int(j, "max_completion_tokens", 0, limits.ctx_size, max_completion_tokens)) return e;
+    }
+    if (max_completion_tokens) out.max_tokens = static_cast<int32_t>(*max_completion_tokens);
+    else if (max_tokens) out.max_tokens = static_cast<int32_t>(*max_tokens);
+    else if (kind == endpoint::completions) out.max_tokens = 16;  // OpenAI's default for completions
+
+    sampling_config & s = out.sampling;
+    std::optional<double> temperature, top_p, min_p, presence, frequency, repetition;
+    if (auto e = read_number(j, "temperature", 0, 100, false, temperature)) return e;
+    if (auto e = read_number(j, "top_p", 0, 1, true, top_p)) return e;
+    if (auto e = read_int(j, "top_k", 0, 1 << 24, top_k)) return e;
+    if (auto e = read_number(j, "min_p", 0, 1, false, min_p)) return e;
+    if (auto e = read_number(j, "presence_penalty", -2, 2, false, presence)) return e;
+    if (auto e = read_number(j, "frequency_penalty", -2, 2, false, frequency)) return e;
+    const char * rep_key = field(j, "repetition_penalty") ? "repetition_penalty" : "repeat_penalty";
+    if (auto e = read_number(j, rep_key, 0, 100, true, repetition)) return e;
+    if (const json * sv = field(j, "seed")) {
+        if (!sv->is_number_integer()) return bad_type("seed", "an integer");
+        s.seed = sv->is_number_unsigned() ? sv->get<uint64_t>() : static_cast<uint64_t>(sv->get<int64_t>());
+        out.seed_given = true;
+    }
+    if (temperature) s.temperature = static_cast<float>(*temperature);
+    if (top_p) s.top_p = static_cast<float>(*top_p);
+    if (top_k) s.top_k = static_cast<int32_t>(*top_k);
+    if (min_p) s.min_p = static_cast<float>(*min_p);
+    if (presence) s.presence_penalty = static_cast<float>(*presence);
+    if (frequency) s.frequency_penalty = static_cast<float>(*frequency);
+    if (repetition) s.repeat_penalty = static_cast<float>(*repetition);
+    if (auto e = read_logit_bias(j, limits, s)) return e;
+
+    if (auto e = read_stop(j, limits, out.stop)) return e;
+
+    std::optional<bool> stream;
+    if (auto e = read_bool(j, "stream", stream)) return e;
+    out.stream = stream.value_or(false);
+    if (const json * so = field(j, "stream_options")) {
+        if (!so->is_object()) return bad_type("stream_options", "an object");
+        std::optional<bool> include_usage;
+        if (auto e = read_bool(*so, "include_usage", include_usage)) {
+            e->param = "stream_options.include_usage";
+            return e;
+        }
+        out.include_usage = out.stream && include_usage.value_or(false);
+    }
+
+    std::optional<std::string> cache_key;
+    if (auto e = read_string(j, "prompt_cache_key", cache_key)) return e;
+    if (cache_key && cache_key->size() > limits.max_cache_key_bytes) {
+        return bad("'prompt_cache_key' is limited to " + std::to_string(limits.max_cache_key_bytes) + " bytes",
+                   "prompt_cache_key");
+    }
+    out.cache_key = cache_key.value_or("");
+
+    const status st = s.validate();
+    if (!st.is_ok()) return bad(st.message(), "");
+    return std::nullopt;
+}
+
+std::string make_response_id(endpoint kind) {
+    // A random process prefix and a counter: unique within the process, unguessable
+    // enough to not collide across restarts in logs.
+    static const uint64_t prefix = [] {
+        std::random_device rd;
+        return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+    }();
+    static std::atomic<uint64_t> counter{0};
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%s-%016llx%08llx", kind == endpoint::chat_completions ? "chatcmpl" : "cmpl",
+                  static_cast<unsigned long long>(prefix), static_cast<unsigned long long>(counter.fetch_add(1) & 0xffffffffu));
+    return buf;
+}
+
+std::string completion_body(const response_meta & meta, std::string_view text, std::string_view finish_reason,
+                            const usage_numbers & usage) {
+    ojson j = head_json(meta, false);
+    ojson choice;
+    choice["index"] = 0;
+    if (meta.kind == endpoint::chat_completions) {
+        choice["message"] = ojson{{"role", "assistant"}, {"content", std::string(text)}};
+    } else {
+        choice["text"] = std::string(text);
+    }
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = std::string(finish_reason);
+    j["choices"] = ojson::array({std::move(choice)});
+    j["usage"] = usage_json(usage);
+    return dump(j);
+}
+
+std::string stream_chunk(const response_meta & meta, std::string_view text, bool first, std::string_view finish_reason,
+                         bool usage_null) {
+    ojson j = head_json(meta, true);
+    ojson choice;
+    choice["index"] = 0;
+    if (meta.kind == endpoint::chat_completions) {
+        ojson delta = ojson::object();
+        if (first) delta["role"] = "assistant";
+        if (finish_reason.empty()) delta["content"] = std::string(text);
+        choice["delta"] = std::move(delta);
+    } else {
+        choice["text"] = std::string(text);
+    }
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = finish_reason.empty() ? ojson(nullptr) : ojson(std::string(finish_reason));
+    j["choices"] = ojson::array({std::move(choice)});
+    if (usage_null) j["usage"] = nullptr;
+    return dump(j);
+}
+
+std::string stream_usage_chunk(const response_meta & meta, const usage_numbers & usage) {
+    ojson j = head_json(meta, true);
+    j["choices"] = ojson::array();
+    j["usage"] = usage_json(usage);
+    return dump(j);
+}
+
+std::string sse_event(std::string_view payload) {
+    std::string out;
+    out.reserve(payload.size() + 8);
+    out += "data: ";
+    out += payload;
+    out += "\n\n";
+    return out;
+}
+
+std::string model_body(const std::string & model_id, int64_t created) {
+    ojson j;
+    j["id"] = model_id;
+    j["object"] = "model";
+    j["created"] = created;
+    j["owned_by"] = "skippy";
+    return dump(j);
+}
+
+std::string models_body(const std::string & model_id, int64_t created) {
+    ojson j;
+    j["object"] = "list";
+    j["data"] = ojson::array({ojson::parse(model_body(model_id, created))});
+    return dump(j);
+}
+
+}  // namespace skippy::http

@@ -1,0 +1,110 @@
+// The OpenAI-compatible API surface, without sockets: request bodies in, validated
+// requests out; OpenAI error objects; response bodies and server-sent-event chunks.
+//
+// Endpoints (server.h serves them): POST /v1/chat/completions, POST /v1/completions,
+// GET /v1/models, GET /health, GET /metrics. Field by field semantics, defaults and
+// limits are in docs/http-api.md.
+#pragma once
+
+#include "runtime/sampler.h"
+#include "tokenizer/chat_template.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace skippy::http {
+
+// An OpenAI error object and the HTTP status that carries it.
+struct api_error {
+    int         http_status = 400;
+    std::string message;
+    std::string type = "invalid_request_error";
+    std::string param;  // "" → null
+    std::string code;   // "" → null
+};
+
+// {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}
+std::string error_body(const api_error & e);
+
+// The error a status answers with when no handler said more: 400, 404, 405, 413,
+// 429, 500, 503 get their type and code (docs/http-api.md); `message` is used as is.
+api_error error_for_status(int http_status, std::string message);
+
+enum class endpoint { chat_completions, completions };
+
+// Limits that depend on the loaded model.
+struct request_limits {
+    int32_t ctx_size = 0;       // tokens per lane; max_tokens above it is refused
+    int32_t n_vocab = 0;        // token ids (prompt arrays, logit_bias) must be below it
+    size_t  max_stop_strings = 16;
+    size_t  max_stop_bytes = 256;          // per stop string
+    size_t  max_cache_key_bytes = 1024;    // prompt_cache_key
+};
+
+// A validated generation request.
+struct completion_request {
+    endpoint                  kind = endpoint::chat_completions;
+    std::string               model;             // as sent ("" when absent); echoed back
+    std::vector<chat_message> messages;          // chat: roles normalised (developer → system)
+    std::string               prompt_text;       // completions, when the prompt is text
+    std::vector<int32_t>      prompt_tokens;     // completions, when the prompt is token ids (used as is)
+    bool                      prompt_is_tokens = false;
+    std::optional<int32_t>    max_tokens;        // nullopt: until the context is full
+    sampling_config           sampling;          // llama.cpp defaults for absent fields
+    bool                      seed_given = false;
+    std::vector<std::string>  stop;
+    bool                      stream = false;
+    bool                      include_usage = false;  // stream_options.include_usage
+    std::string               cache_key;              // prompt_cache_key ("" when absent)
+};
+
+// Parses and validates a request body. Malformed JSON, a non-object body, a wrong type,
+// an out-of-range value or an unsupported option (n != 1, tools, logprobs, echo, ...)
+// is a 400 error naming the field in `param`. Unknown fields are ignored, as most
+// OpenAI-compatible servers do.
+std::optional<api_error> parse_request(std::string_view body, endpoint kind, const request_limits & limits,
+                                       completion_request & out);
+
+// What every response and chunk of one request shares.
+struct response_meta {
+    endpoint    kind = endpoint::chat_completions;
+    std::string id;        // "chatcmpl-…" or "cmpl-…"
+    int64_t     created = 0;  // Unix seconds
+    std::string model;
+};
+
+struct usage_numbers {
+    int64_t prompt_tokens = 0;
+    int64_t completion_tokens = 0;
+    int64_t cached_tokens = 0;
+};
+
+// A fresh id with the endpoint's prefix; unique within the process.
+std::string make_response_id(endpoint kind);
+
+// The non-streaming response body (chat.completion or text_completion object).
+std::string completion_body(const response_meta & meta, std::string_view text, std::string_view finish_reason,
+                            const usage_numbers & usage);
+
+// One streaming chunk (chat.completion.chunk or text_completion) as JSON.
+//   first: chat only, the delta carries "role": "assistant" (OpenAI's opening chunk).
+//   finish_reason: "" while generating, else the reason (the chunk's text is then "").
+//   usage_null: the client asked for usage, so every ordinary chunk says "usage": null.
+std::string stream_chunk(const response_meta & meta, std::string_view text, bool first, std::string_view finish_reason,
+                         bool usage_null);
+
+// The closing usage chunk of stream_options.include_usage: "choices": [] and "usage".
+std::string stream_usage_chunk(const response_meta & meta, const usage_numbers & usage);
+
+// Server-sent-event framing: "data: <payload>\n\n".
+std::string sse_event(std::string_view payload);
+inline constexpr std::string_view sse_done = "data: [DONE]\n\n";
+
+// GET /v1/models body (one model) and one model object.
+std::string models_body(const std::string & model_id, int64_t created);
+std::string model_body(const std::string & model_id, int64_t created);
+
+}  // namespace skippy::http

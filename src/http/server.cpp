@@ -1,0 +1,460 @@
+#include "http/server.h"
+
+#include "base/log.h"
+#include "http/api.h"
+#include "http/client_connection.h"
+#include "http/lane_pool.h"
+#include "http/text_stream.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <csignal>
+#include <ctime>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#ifndef SKIPPY_VERSION
+#define SKIPPY_VERSION "unknown"
+#endif
+
+namespace skippy::http {
+namespace {
+
+using clock = std::chrono::steady_clock;
+using telemetry::metric;
+
+double seconds_between(clock::time_point a, clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+const char * endpoint_label(endpoint kind) {
+    return kind == endpoint::chat_completions ? "chat_completions" : "completions";
+}
+
+// The endpoint label of a request path, for skippy_http_requests_total.
+std::string path_label(const std::string & path) {
+    if (path == "/v1/chat/completions") return "chat_completions";
+    if (path == "/v1/completions") return "completions";
+    if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) return "models";
+    if (path == "/health") return "health";
+    if (path == "/metrics") return "metrics";
+    return "other";
+}
+
+// Methods allowed on each known path (for 405 and its Allow header); "" when unknown.
+const char * allowed_methods(const std::string & path) {
+    if (path == "/v1/chat/completions" || path == "/v1/completions") return "POST";
+    if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0 || path == "/health" || path == "/metrics") return "GET";
+    return "";
+}
+
+void send_error(httplib::Response & res, const api_error & e) {
+    res.status = e.http_status;
+    res.set_content(error_body(e), "application/json");
+}
+
+telemetry::event named_event(std::string name) {
+    telemetry::event e;
+    e.name = std::move(name);
+    return e;
+}
+
+// A seed for requests that give none: distinct per request, unpredictable across runs.
+uint64_t fresh_seed() {
+    static std::atomic<uint64_t> state{[] {
+        std::random_device rd;
+        return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+    }()};
+    uint64_t z = state.fetch_add(0x9e3779b97f4a7c15ull) + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+}  // namespace
+
+// One admitted generation request: everything the run needs, and its lane.
+struct generation_job {
+    completion_request    request;
+    std::vector<token_id> prompt;
+    response_meta         meta;
+    lane_lease            lease;
+    client_connection     client;
+    clock::time_point     arrival;
+    clock::time_point     admitted;  // got its lane
+};
+
+// How a run ended.
+struct run_outcome {
+    std::optional<api_error> error;       // the pipeline failed
+    generation_result        gen;
+    std::string              finish;      // "stop" | "length" (when no error and not cancelled)
+    bool                     cancelled = false;
+};
+
+struct http_server::impl {
+    pipeline_i &                  pipeline;
+    const tokenizer &             tok;
+    server_options                opt;
+    telemetry::metrics_registry & metrics;
+    telemetry::event_sink_ptr     events;
+    lane_pool                     lanes;
+    request_limits                limits;
+    httplib::Server               svr;
+    std::atomic<bool>             stopping{false};
+    int32_t                       bound_port = -1;
+    std::thread                   thread;
+    std::mutex                    stop_mutex;
+    int64_t                       created_unix_s = static_cast<int64_t>(std::time(nullptr));
+
+    impl(pipeline_i & p, const tokenizer & t, server_options o, telemetry::metrics_registry & m,
+         telemetry::event_sink_ptr e)
+        : pipeline(p), tok(t), opt(std::move(o)), metrics(m), events(std::move(e)),
+          lanes(p.n_lanes(), opt.queue_capacity) {
+        limits.ctx_size = pipeline.ctx_size();
+        limits.n_vocab = pipeline.n_vocab();
+        metrics.set(metric::build_info, 1, {SKIPPY_VERSION});
+        metrics.set(metric::lanes, lanes.n_lanes());
+        metrics.set(metric::queue_capacity, lanes.queue_capacity());
+        setup_routes();
+    }
+
+    void setup_routes();
+    void handle_generation(const httplib::Request & req, httplib::Response & res, endpoint kind);
+    std::optional<api_error> tokenize_prompt(const completion_request & cr, std::vector<token_id> & out) const;
+    run_outcome run(generation_job & job, const std::function<bool(std::string_view)> & emit);
+    void finish_non_streaming(generation_job & job, httplib::Response & res);
+    bool stream(generation_job & job, httplib::DataSink & sink);
+    void record(const generation_job & job, const run_outcome & out, bool stream);
+};
+
+void http_server::impl::setup_routes() {
+    // A request holds its worker thread while it waits for a lane and while it runs, so
+    // every lane and queue place needs one, plus a few for /health, /metrics and errors.
+    const int32_t n_threads = opt.http_threads > 0 ? opt.http_threads : lanes.n_lanes() + lanes.queue_capacity() + 8;
+    svr.new_task_queue = [n_threads] { return new httplib::ThreadPool(static_cast<size_t>(n_threads)); };
+    svr.set_payload_max_length(opt.max_body_bytes);
+
+    svr.Post("/v1/chat/completions", [this](const httplib::Request & req, httplib::Response & res) {
+        handle_generation(req, res, endpoint::chat_completions);
+    });
+    svr.Post("/v1/completions", [this](const httplib::Request & req, httplib::Response & res) {
+        handle_generation(req, res, endpoint::completions);
+    });
+    svr.Get("/v1/models", [this](const httplib::Request &, httplib::Response & res) {
+        res.set_content(models_body(opt.model_id, created_unix_s), "application/json");
+    });
+    svr.Get("/v1/models/(.+)", [this](const httplib::Request & req, httplib::Response & res) {
+        const std::string id = req.matches[1];
+        if (id != opt.model_id) {
+            api_error e = error_for_status(404, "The model '" + id + "' does not exist");
+            e.param = "model";
+            e.code = "model_not_found";
+            return send_error(res, e);
+        }
+        res.set_content(model_body(opt.model_id, created_unix_s), "application/json");
+    });
+    svr.Get("/health", [this](const httplib::Request &, httplib::Response & res) {
+        if (stopping) return send_error(res, error_for_status(503, "the server is shutting down"));
+        res.set_content("{\"status\":\"ok\"}", "application/json");
+    });
+    svr.Get("/metrics", [this](const httplib::Request &, httplib::Response & res) {
+        metrics.set(metric::lanes_busy, lanes.n_busy());
+        metrics.set(metric::queue_waiting, lanes.n_waiting());
+        res.set_content(metrics.render_prometheus(), "text/plain; version=0.0.4; charset=utf-8");
+    });
+
+    // Every status >= 400 passes here; fill in an OpenAI error body where the handler
+    // (or httplib itself: 400 bad request line, 404 no route, 413 body too large) left none.
+    svr.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request & req, httplib::Response & res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        api_error e;
+        if (res.status == 404 && *allowed_methods(req.path) != '\0') {
+            res.status = 405;  // httplib reports a known path with another method as 404
+            res.set_header("Allow", allowed_methods(req.path));
+            e = error_for_status(405, "Method " + req.method + " is not allowed on " + req.path + " (use " +
+                                          allowed_methods(req.path) + ")");
+        } else if (res.status == 404) {
+            e = error_for_status(404, "Unknown route: " + req.method + " " + req.path);
+        } else if (res.status == 413) {
+            e = error_for_status(413, "The request body is larger than the server's limit");
+        } else {
+            e = error_for_status(res.status, "The request could not be handled (HTTP " + std::to_string(res.status) + ")");
+        }
+        res.set_content(error_body(e), "application/json");
+        return httplib::Server::HandlerResponse::Handled;
+    }));
+    svr.set_exception_handler([](const httplib::Request &, httplib::Response & res, std::exception_ptr) {
+        send_error(res, error_for_status(500, "internal error while handling the request"));
+    });
+    svr.set_logger([this](const httplib::Request & req, const httplib::Response & res) {
+        metrics.add(metric::http_requests, 1, {path_label(req.path), std::to_string(res.status)});
+    });
+}
+
+std::optional<api_error> http_server::impl::tokenize_prompt(const completion_request & cr,
+                                                            std::vector<token_id> & out) const {
+    if (cr.kind == endpoint::chat_completions) {
+        auto ids = tokenize_chat(tok, opt.chat_template, cr.messages);
+        if (!ids.is_ok()) {
+            api_error e = error_for_status(400, ids.error().message());
+            e.param = "messages";
+            return e;
+        }
+        out = std::move(ids).value();
+    } else if (cr.prompt_is_tokens) {
+        out = cr.prompt_tokens;
+    } else {
+        // parse_special as llama.cpp's server does: a raw prompt may spell its own template.
+        out = tok.tokenize(cr.prompt_text, tok.add_bos_default(), /*parse_special=*/true);
+    }
+    if (out.empty()) {
+        api_error e = error_for_status(400, "the prompt is empty (no tokens)");
+        e.param = cr.kind == endpoint::chat_completions ? "messages" : "prompt";
+        return e;
+    }
+    if (static_cast<int64_t>(out.size()) > limits.ctx_size) {
+        api_error e = error_for_status(400, "This model's maximum context length is " + std::to_string(limits.ctx_size) +
+                                                " tokens; the prompt has " + std::to_string(out.size()) + " tokens");
+        e.param = cr.kind == endpoint::chat_completions ? "messages" : "prompt";
+        e.code = "context_length_exceeded";
+        return e;
+    }
+    return std::nullopt;
+}
+
+void http_server::impl::handle_generation(const httplib::Request & req, httplib::Response & res, endpoint kind) {
+    auto job = std::make_shared<generation_job>();
+    job->arrival = clock::now();
+    if (auto e = parse_request(req.body, kind, limits, job->request)) return send_error(res, *e);
+    if (auto e = tokenize_prompt(job->request, job->prompt)) return send_error(res, *e);
+    job->meta.kind = kind;
+    job->meta.id = make_response_id(kind);
+    job->meta.created = static_cast<int64_t>(std::time(nullptr));
+    job->meta.model = opt.model_id;
+    job->client = client_connection::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+
+    const auto timeout = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(opt.queue_timeout_s));
+    acquire_result acq = lanes.acquire(timeout, [&] { return stopping.load() || job->client.gone(); });
+    if (acq.outcome == acquire_outcome::cancelled && stopping) acq.outcome = acquire_outcome::shutting_down;
+    metrics.observe(metric::queue_wait, acq.waited_s);
+    if (acq.outcome != acquire_outcome::acquired) {
+        metrics.add(metric::queue_rejections, 1, {acquire_outcome_name(acq.outcome)});
+        telemetry::emit(events, named_event("http.queue_rejected")
+                                    .attr("skippy.http.endpoint", std::string(endpoint_label(kind)))
+                                    .attr("skippy.http.reason", std::string(acquire_outcome_name(acq.outcome)))
+                                    .attr("skippy.http.waited_ms", acq.waited_s * 1e3));
+        switch (acq.outcome) {
+            case acquire_outcome::queue_full:
+                return send_error(res, error_for_status(429, "The server is busy: every lane is in use and the queue of " +
+                                                                 std::to_string(lanes.queue_capacity()) +
+                                                                 " waiting requests is full; retry later"));
+            case acquire_outcome::timed_out: {
+                api_error e = error_for_status(503, "No lane became free within the queue timeout; retry later");
+                e.code = "queue_timeout";
+                return send_error(res, e);
+            }
+            case acquire_outcome::shutting_down:
+                return send_error(res, error_for_status(503, "The server is shutting down"));
+            default:  // the client left while waiting: nobody reads this
+                return send_error(res, error_for_status(503, "The client went away"));
+        }
+    }
+    job->lease = std::move(acq.lease);
+    job->admitted = clock::now();
+
+    if (!job->request.stream) return finish_non_streaming(*job, res);
+
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    // The provider runs after this handler returns, on the same thread; it owns the job
+    // (and its lane) until it finishes or httplib drops it (client gone before headers).
+    res.set_chunked_content_provider("text/event-stream", [this, job](size_t, httplib::DataSink & sink) {
+        bool ok = false;
+        try {
+            ok = stream(*job, sink);
+        } catch (const std::exception & ex) {  // an exception must not escape into httplib's worker
+            SKIPPY_LOG_ERROR("streaming request %s failed: %s", job->meta.id.c_str(), ex.what());
+        } catch (...) {
+            SKIPPY_LOG_ERROR("streaming request %s failed", job->meta.id.c_str());
+        }
+        job->lease.release();
+        return ok;
+    });
+}
+
+run_outcome http_server::impl::run(generation_job & job, const std::function<bool(std::string_view)> & emit) {
+    const completion_request & cr = job.request;
+    generation_request gr;
+    gr.prompt = job.prompt;
+    // No max_tokens: generate until the context is full (run_generation ends with "length").
+    gr.max_tokens = cr.max_tokens.value_or(limits.ctx_size);
+    gr.sampling = cr.sampling;
+    if (!cr.seed_given) gr.sampling.seed = fresh_seed();
+    gr.prefill_chunk_tokens = opt.prefill_chunk_tokens;
+    gr.cache_key = cr.cache_key;
+    gr.is_end_of_generation = [this](token_id id) { return tok.is_end_of_generation(id); };
+
+    stop_text_stream text(cr.stop);
+    run_outcome out;
+    std::optional<clock::time_point> last_token;
+    gr.on_token = [&](token_id id) {
+        const auto now = clock::now();
+        if (last_token) metrics.observe(metric::time_per_output_token, seconds_between(*last_token, now));
+        last_token = now;
+        if (stopping || job.client.gone()) {
+            out.cancelled = true;
+            return false;
+        }
+        const std::string piece = text.push(tok.token_to_piece(id));
+        if (!piece.empty() && emit && !emit(piece)) {
+            out.cancelled = true;
+            return false;
+        }
+        return !text.stopped();
+    };
+
+    auto res = run_generation(pipeline, job.lease.lane(), gr);
+    job.lease.release();  // free the lane before anything is written back
+    if (!res.is_ok()) {
+        const status & st = res.error();
+        SKIPPY_LOG_WARN("request %s failed: %s", job.meta.id.c_str(), st.to_string().c_str());
+        out.error = error_for_status(st.code() == error_code::invalid_argument ? 400 : 500, st.message());
+        return out;
+    }
+    out.gen = std::move(res).value();
+    if (out.cancelled) return out;
+    const std::string tail = text.finish();
+    if (!tail.empty() && emit && !emit(tail)) {
+        out.cancelled = true;
+        return out;
+    }
+    out.finish = text.stopped() || out.gen.finish == finish_reason::end_of_generation ? "stop" : "length";
+    return out;
+}
+
+void http_server::impl::finish_non_streaming(generation_job & job, httplib::Response & res) {
+    std::string text;
+    run_outcome out = run(job, [&](std::string_view piece) {
+        text.append(piece);
+        return true;
+    });
+    record(job, out, false);
+    if (out.error) return send_error(res, *out.error);
+    if (out.cancelled) {
+        // Shutdown, or a client that left (then nobody reads this).
+        return send_error(res, error_for_status(503, stopping ? "The server is shutting down" : "The client went away"));
+    }
+    usage_numbers usage{static_cast<int64_t>(job.prompt.size()), static_cast<int64_t>(out.gen.tokens.size()),
+                        out.gen.cached_tokens};
+    res.set_content(completion_body(job.meta, text, out.finish, usage), "application/json");
+}
+
+bool http_server::impl::stream(generation_job & job, httplib::DataSink & sink) {
+    const bool usage_null = job.request.include_usage;
+    auto write = [&](const std::string & payload) { return sink.write(payload.data(), payload.size()); };
+    if (job.meta.kind == endpoint::chat_completions) {
+        if (!write(sse_event(stream_chunk(job.meta, "", /*first=*/true, "", usage_null)))) {
+            run_outcome none;
+            none.cancelled = true;
+            record(job, none, true);
+            return false;
+        }
+    }
+    run_outcome out = run(job, [&](std::string_view piece) {
+        return write(sse_event(stream_chunk(job.meta, piece, false, "", usage_null)));
+    });
+    record(job, out, true);
+    if (out.cancelled) return false;  // closes the connection
+    if (out.error) {
+        write(sse_event(error_body(*out.error)));
+        sink.done();
+        return true;
+    }
+    bool ok = write(sse_event(stream_chunk(job.meta, "", false, out.finish, usage_null)));
+    if (ok && job.request.include_usage) {
+        usage_numbers usage{static_cast<int64_t>(job.prompt.size()), static_cast<int64_t>(out.gen.tokens.size()),
+                            out.gen.cached_tokens};
+        ok = write(sse_event(stream_usage_chunk(job.meta, usage)));
+    }
+    ok = ok && write(std::string(sse_done));
+    if (ok) sink.done();
+    return ok;
+}
+
+void http_server::impl::record(const generation_job & job, const run_outcome & out, bool streaming) {
+    const auto now = clock::now();
+    const char * ep = endpoint_label(job.meta.kind);
+    const std::string finish = out.error ? "error" : out.cancelled ? "cancelled" : out.finish;
+    metrics.add(metric::generation_requests, 1, {ep, finish});
+    metrics.add(metric::prompt_tokens, static_cast<double>(job.prompt.size()));
+    metrics.add(metric::cached_prompt_tokens, static_cast<double>(out.gen.cached_tokens));
+    metrics.add(metric::generated_tokens, static_cast<double>(out.gen.tokens.size()));
+    const double queue_s = seconds_between(job.arrival, job.admitted);
+    const bool has_first = !out.error && (out.gen.ttft_ms > 0 || !out.gen.tokens.empty());
+    if (has_first) metrics.observe(metric::time_to_first_token, queue_s + out.gen.ttft_ms / 1e3);
+    metrics.observe(metric::request_duration, seconds_between(job.arrival, now));
+    SKIPPY_LOG_DEBUG("%s %s: %s, %zu prompt tokens (%lld cached), %zu generated, queue %.1f ms, ttft %.1f ms, total %.1f ms",
+                     job.meta.id.c_str(), ep, finish.c_str(), job.prompt.size(), static_cast<long long>(out.gen.cached_tokens),
+                     out.gen.tokens.size(), queue_s * 1e3, out.gen.ttft_ms, seconds_between(job.arrival, now) * 1e3);
+    telemetry::emit(events, named_event("http.request")
+                                .attr("skippy.http.endpoint", std::string(ep))
+                                .attr("skippy.http.id", job.meta.id)
+                                .attr("skippy.http.stream", streaming)
+                                .attr("skippy.http.finish_reason", finish)
+                                .attr("skippy.http.prompt_tokens", static_cast<int64_t>(job.prompt.size()))
+                                .attr("skippy.http.cached_tokens", out.gen.cached_tokens)
+                                .attr("skippy.http.completion_tokens", static_cast<int64_t>(out.gen.tokens.size()))
+                                .attr("skippy.http.queue_wait_ms", queue_s * 1e3)
+                                .attr("skippy.http.ttft_ms", out.gen.ttft_ms)
+                                .attr("skippy.http.total_ms", seconds_between(job.arrival, now) * 1e3));
+}
+
+http_server::http_server(pipeline_i & pipeline, const tokenizer & tok, server_options options,
+                         telemetry::metrics_registry & metrics, telemetry::event_sink_ptr events)
+    : impl_(std::make_unique<impl>(pipeline, tok, std::move(options), metrics, std::move(events))) {}
+
+http_server::~http_server() { stop(); }
+
+status http_server::bind() {
+    // A write to a client that went away must fail with EPIPE, not kill the process.
+    std::signal(SIGPIPE, SIG_IGN);
+    impl & m = *impl_;
+    if (m.opt.port == 0) {
+        m.bound_port = m.svr.bind_to_any_port(m.opt.host);
+    } else {
+        m.bound_port = m.svr.bind_to_port(m.opt.host, m.opt.port) ? m.opt.port : -1;
+    }
+    if (m.bound_port <= 0) {
+        m.bound_port = -1;
+        return make_error(error_code::unavailable,
+                          "cannot listen on " + m.opt.host + ":" + std::to_string(m.opt.port) +
+                              " (address in use, or not an address of this machine?)");
+    }
+    return status::ok();
+}
+
+int32_t http_server::port() const { return impl_->bound_port; }
+
+void http_server::run() { impl_->svr.listen_after_bind(); }
+
+status http_server::start() {
+    SKIPPY_TRY(bind());
+    impl_->thread = std::thread([this] { run(); });
+    // stop() only takes effect once the listener runs; wait for it so that a stop right
+    // after start cannot be lost.
+    for (int i = 0; i < 5000 && !impl_->svr.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!impl_->svr.is_running()) return make_error(error_code::unavailable, "the HTTP listener did not start");
+    return status::ok();
+}
+
+void http_server::stop() {
+    impl & m = *impl_;
+    std::lock_guard<std::mutex> lock(m.stop_mutex);
+    m.stopping = true;
+    m.lanes.shutdown();
+    m.svr.stop();
+    if (m.thread.joinable()) m.thread.join();
+}
+
+}  // namespace skippy::http

@@ -1,0 +1,355 @@
+// Request parsing and validation, error bodies, response and SSE formatting.
+#include "http/api.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace skippy::http {
+namespace {
+
+using json = nlohmann::json;
+
+request_limits limits() {
+    request_limits l;
+    l.ctx_size = 256;
+    l.n_vocab = 512;
+    return l;
+}
+
+// Parses `body` as a chat request and returns the error (fails the test if none).
+api_error chat_error(const std::string & body) {
+    completion_request r;
+    auto e = parse_request(body, endpoint::chat_completions, limits(), r);
+    EXPECT_TRUE(e.has_value()) << "accepted: " << body;
+    return e.value_or(api_error{});
+}
+
+api_error completion_error(const std::string & body) {
+    completion_request r;
+    auto e = parse_request(body, endpoint::completions, limits(), r);
+    EXPECT_TRUE(e.has_value()) << "accepted: " << body;
+    return e.value_or(api_error{});
+}
+
+completion_request chat_ok(const std::string & body) {
+    completion_request r;
+    auto e = parse_request(body, endpoint::chat_completions, limits(), r);
+    EXPECT_FALSE(e.has_value()) << body << " -> " << (e ? e->message : "");
+    return r;
+}
+
+completion_request completion_ok(const std::string & body) {
+    completion_request r;
+    auto e = parse_request(body, endpoint::completions, limits(), r);
+    EXPECT_FALSE(e.has_value()) << body << " -> " << (e ? e->message : "");
+    return r;
+}
+
+const std::string k_msgs = R"("messages":[{"role":"user","content":"hi"}])";
+
+TEST(ErrorBody, HasTheOpenAiShapeWithNullsForMissingParamAndCode) {
+    api_error e;
+    e.message = "bad thing";
+    const json j = json::parse(error_body(e));
+    ASSERT_TRUE(j.contains("error"));
+    EXPECT_EQ(j["error"]["message"], "bad thing");
+    EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+    EXPECT_TRUE(j["error"]["param"].is_null());
+    EXPECT_TRUE(j["error"]["code"].is_null());
+    e.param = "temperature";
+    e.code = "invalid_value";
+    const json k = json::parse(error_body(e));
+    EXPECT_EQ(k["error"]["param"], "temperature");
+    EXPECT_EQ(k["error"]["code"], "invalid_value");
+}
+
+TEST(ErrorBody, StatusesGetTheirTypes) {
+    EXPECT_EQ(error_for_status(404, "x").type, "invalid_request_error");
+    EXPECT_EQ(error_for_status(413, "x").code, "request_too_large");
+    EXPECT_EQ(error_for_status(429, "x").type, "rate_limit_error");
+    EXPECT_EQ(error_for_status(503, "x").type, "server_error");
+    EXPECT_EQ(error_for_status(500, "x").type, "server_error");
+    EXPECT_EQ(error_for_status(405, "x").http_status, 405);
+}
+
+TEST(ParseRequest, MalformedJsonAndNonObjectsAre400) {
+    for (const char * body : {"", "{", "{\"messages\": [}", "nul", "[1,2]", "\"text\"", "42", "{\"a\":1}garbage"}) {
+        const api_error e = chat_error(body);
+        EXPECT_EQ(e.http_status, 400) << body;
+        EXPECT_EQ(e.type, "invalid_request_error");
+    }
+    // Invalid UTF-8 inside a JSON string is malformed JSON.
+    EXPECT_EQ(chat_error("{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}").code, "invalid_json");
+}
+
+TEST(ParseRequest, DeeplyNestedJsonIsRefusedWithoutCrashing) {
+    const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+    EXPECT_EQ(chat_error(deep).http_status, 400);
+}
+
+TEST(ParseRequest, ChatMessagesAreValidated) {
+    EXPECT_EQ(chat_error("{}").param, "messages");
+    EXPECT_EQ(chat_error(R"({"messages":[]})").param, "messages");
+    EXPECT_EQ(chat_error(R"({"messages":"hi"})").param, "messages");
+    EXPECT_EQ(chat_error(R"({"messages":[42]})").param, "messages[0]");
+    EXPECT_EQ(chat_error(R"({"messages":[{"content":"x"}]})").param, "messages[0].role");
+    EXPECT_EQ(chat_error(R"({"messages":[{"role":"wizard","content":"x"}]})").param, "messages[0].role");
+    EXPECT_EQ(chat_error(R"({"messages":[{"role":"tool","content":"x"}]})").code, "unsupported_parameter");
+    EXPECT_EQ(chat_error(R"({"messages":[{"role":"user"}]})").param, "messages[0].content");
+    EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":5}]})").param, "messages[0].content");
+    EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})").param,
+              "messages[0].content[0].type");
+}
+
+TEST(ParseRequest, ChatMessagesAreNormalised) {
+    const completion_request r = chat_ok(R"({"messages":[
+        {"role":"developer","content":"be brief"},
+        {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},
+        {"role":"assistant","content":null},
+        {"role":"user","content":"c","name":"bob"}]})");
+    ASSERT_EQ(r.messages.size(), 4u);
+    EXPECT_EQ(r.messages[0].role, "system");
+    EXPECT_EQ(r.messages[1].content, "a\nb");
+    EXPECT_EQ(r.messages[2].role, "assistant");
+    EXPECT_EQ(r.messages[2].content, "");
+    EXPECT_EQ(r.messages[3].content, "c");
+    EXPECT_EQ(r.kind, endpoint::chat_completions);
+}
+
+TEST(ParseRequest, DefaultsFollowOpenAiWhereItHasOneElseLlamaCpp) {
+    const completion_request chat = chat_ok("{" + k_msgs + "}");
+    EXPECT_FALSE(chat.max_tokens.has_value());  // chat: until the context is full
+    EXPECT_FALSE(chat.stream);
+    EXPECT_FALSE(chat.seed_given);
+    EXPECT_TRUE(chat.stop.empty());
+    EXPECT_EQ(chat.sampling.top_k, sampling_config{}.top_k);
+    const completion_request comp = completion_ok(R"({"prompt":"x"})");
+    EXPECT_EQ(comp.max_tokens, 16);  // OpenAI's default for /v1/completions
+}
+
+TEST(ParseRequest, SamplingFieldsAreRead) {
+    const completion_request r = chat_ok("{" + k_msgs + R"(, "model":"m", "max_tokens":7, "temperature":0,
+        "top_p":0.5, "top_k":3, "min_p":0.1, "presence_penalty":0.5, "frequency_penalty":-0.5,
+        "repetition_penalty":1.1, "seed":42, "stop":["a","bb"], "stream":true,
+        "stream_options":{"include_usage":true}, "prompt_cache_key":"tenant-a", "n":1,
+        "logit_bias":{"5":-100,"7":2.5}, "user":"ignored", "unknown_field":{"x":1}})");
+    EXPECT_EQ(r.model, "m");
+    EXPECT_EQ(r.max_tokens, 7);
+    EXPECT_EQ(r.sampling.temperature, 0.0f);
+    EXPECT_TRUE(r.sampling.greedy());
+    EXPECT_FLOAT_EQ(r.sampling.top_p, 0.5f);
+    EXPECT_EQ(r.sampling.top_k, 3);
+    EXPECT_FLOAT_EQ(r.sampling.min_p, 0.1f);
+    EXPECT_FLOAT_EQ(r.sampling.presence_penalty, 0.5f);
+    EXPECT_FLOAT_EQ(r.sampling.frequency_penalty, -0.5f);
+    EXPECT_FLOAT_EQ(r.sampling.repeat_penalty, 1.1f);
+    EXPECT_EQ(r.sampling.seed, 42u);
+    EXPECT_TRUE(r.seed_given);
+    EXPECT_EQ(r.stop, (std::vector<std::string>{"a", "bb"}));
+    EXPECT_TRUE(r.stream);
+    EXPECT_TRUE(r.include_usage);
+    EXPECT_EQ(r.cache_key, "tenant-a");
+    ASSERT_EQ(r.sampling.logit_bias.size(), 2u);
+    EXPECT_EQ(r.sampling.logit_bias[0], (std::pair<token_id, float>{5, -100.0f}));
+}
+
+TEST(ParseRequest, StopMayBeOneString) {
+    EXPECT_EQ(chat_ok("{" + k_msgs + R"(,"stop":"\n"})").stop, (std::vector<std::string>{"\n"}));
+    EXPECT_TRUE(chat_ok("{" + k_msgs + R"(,"stop":null})").stop.empty());
+    EXPECT_EQ(chat_error("{" + k_msgs + R"(,"stop":""})").param, "stop");
+    EXPECT_EQ(chat_error("{" + k_msgs + R"(,"stop":[1]})").param, "stop[0]");
+    EXPECT_EQ(chat_error("{" + k_msgs + R"(,"stop":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]})").param, "stop");
+}
+
+TEST(ParseRequest, MaxCompletionTokensWinsOverMaxTokens) {
+    EXPECT_EQ(chat_ok("{" + k_msgs + R"(,"max_tokens":5,"max_completion_tokens":9})").max_tokens, 9);
+}
+
+TEST(ParseRequest, IncludeUsageNeedsStream) {
+    EXPECT_FALSE(chat_ok("{" + k_msgs + R"(,"stream_options":{"include_usage":true}})").include_usage);
+}
+
+TEST(ParseRequest, NullMeansAbsent) {
+    const completion_request r = chat_ok("{" + k_msgs + R"(,"temperature":null,"max_tokens":null,"seed":null,"n":null})");
+    EXPECT_FALSE(r.max_tokens.has_value());
+    EXPECT_FALSE(r.seed_given);
+}
+
+struct bad_value_case {
+    const char * fragment;
+    const char * param;
+};
+
+TEST(ParseRequest, WrongTypesAndOutOfRangeValuesNameTheField) {
+    const bad_value_case cases[] = {
+        {R"("temperature":-0.1)", "temperature"},
+        {R"("temperature":"hot")", "temperature"},
+        {R"("temperature":101)", "temperature"},
+        {R"("top_p":0)", "top_p"},
+        {R"("top_p":1.5)", "top_p"},
+        {R"("top_k":-1)", "top_k"},
+        {R"("top_k":2.5)", "top_k"},
+        {R"("min_p":2)", "min_p"},
+        {R"("presence_penalty":3)", "presence_penalty"},
+        {R"("frequency_penalty":-2.5)", "frequency_penalty"},
+        {R"("repetition_penalty":0)", "repetition_penalty"},
+        {R"("max_tokens":-1)", "max_tokens"},
+        {R"("max_tokens":257)", "max_tokens"},
+        {R"("max_tokens":1000000000000)", "max_tokens"},
+        {R"("max_tokens":18446744073709551615)", "max_tokens"},
+        {R"("max_tokens":"10")", "max_tokens"},
+        {R"("max_tokens":1.5)", "max_tokens"},
+        {R"("seed":"x")", "seed"},
+        {R"("stream":"yes")", "stream"},
+        {R"("stream_options":3)", "stream_options"},
+        {R"("stream_options":{"include_usage":1})", "stream_options.include_usage"},
+        {R"("model":5)", "model"},
+        {R"("prompt_cache_key":5)", "prompt_cache_key"},
+        {R"("logit_bias":{"x":1})", "logit_bias"},
+        {R"("logit_bias":{"512":1})", "logit_bias"},
+        {R"("logit_bias":{"1":101})", "logit_bias"},
+        {R"("n":2)", "n"},
+        {R"("n":0)", "n"},
+        {R"("logprobs":true)", "logprobs"},
+        {R"("tools":[{"type":"function"}])", "tools"},
+        {R"("response_format":{"type":"json_object"})", "response_format"},
+    };
+    for (const auto & c : cases) {
+        const api_error e = chat_error("{" + k_msgs + "," + c.fragment + "}");
+        EXPECT_EQ(e.http_status, 400) << c.fragment;
+        EXPECT_EQ(e.param, c.param) << c.fragment << ": " << e.message;
+        EXPECT_FALSE(e.message.empty());
+    }
+}
+
+TEST(ParseRequest, OffValuesOfUnsupportedOptionsAreAccepted) {
+    chat_ok("{" + k_msgs + R"(,"n":1,"logprobs":false,"tools":[],"response_format":{"type":"text"}})");
+    completion_ok(R"({"prompt":"x","echo":false,"best_of":1,"logprobs":0,"suffix":""})");
+    EXPECT_EQ(completion_error(R"({"prompt":"x","echo":true})").param, "echo");
+    EXPECT_EQ(completion_error(R"({"prompt":"x","best_of":2})").param, "best_of");
+    EXPECT_EQ(completion_error(R"({"prompt":"x","suffix":"end"})").param, "suffix");
+}
+
+TEST(ParseRequest, CompletionPromptIsATextOrTokenIds) {
+    EXPECT_EQ(completion_ok(R"({"prompt":"hello"})").prompt_text, "hello");
+    EXPECT_EQ(completion_ok(R"({"prompt":["hello"]})").prompt_text, "hello");
+    const completion_request ids = completion_ok(R"({"prompt":[1,300,511]})");
+    EXPECT_TRUE(ids.prompt_is_tokens);
+    EXPECT_EQ(ids.prompt_tokens, (std::vector<int32_t>{1, 300, 511}));
+    EXPECT_EQ(completion_ok(R"({"prompt":[[1,2]]})").prompt_tokens, (std::vector<int32_t>{1, 2}));
+
+    EXPECT_EQ(completion_error("{}").param, "prompt");
+    EXPECT_EQ(completion_error(R"({"prompt":[]})").param, "prompt");
+    EXPECT_EQ(completion_error(R"({"prompt":["a","b"]})").code, "unsupported_parameter");
+    EXPECT_EQ(completion_error(R"({"prompt":[1,512]})").param, "prompt[1]");
+    EXPECT_EQ(completion_error(R"({"prompt":[1,-1]})").param, "prompt[1]");
+    EXPECT_EQ(completion_error(R"({"prompt":[1,"a"]})").param, "prompt[1]");
+    EXPECT_EQ(completion_error(R"({"prompt":{"text":"a"}})").param, "prompt");
+    EXPECT_EQ(completion_error(R"({"prompt":[[1],[2]]})").param, "prompt");
+}
+
+TEST(ParseRequest, CacheKeyIsBounded) {
+    const std::string key(1025, 'k');
+    EXPECT_EQ(chat_error("{" + k_msgs + R"(,"prompt_cache_key":")" + key + "\"}").param, "prompt_cache_key");
+}
+
+TEST(ResponseIds, CarryTheEndpointPrefixAndAreUnique) {
+    const std::string a = make_response_id(endpoint::chat_completions);
+    const std::string b = make_response_id(endpoint::chat_completions);
+    EXPECT_EQ(a.rfind("chatcmpl-", 0), 0u);
+    EXPECT_EQ(make_response_id(endpoint::completions).rfind("cmpl-", 0), 0u);
+    EXPECT_NE(a, b);
+}
+
+response_meta meta(endpoint kind) {
+    response_meta m;
+    m.kind = kind;
+    m.id = "id-1";
+    m.created = 1700000000;
+    m.model = "tiny";
+    return m;
+}
+
+TEST(ResponseBody, ChatCompletionHasMessageFinishReasonAndUsage) {
+    const json j = json::parse(completion_body(meta(endpoint::chat_completions), "Hello", "stop", {10, 3, 4}));
+    EXPECT_EQ(j["object"], "chat.completion");
+    EXPECT_EQ(j["id"], "id-1");
+    EXPECT_EQ(j["created"], 1700000000);
+    EXPECT_EQ(j["model"], "tiny");
+    ASSERT_EQ(j["choices"].size(), 1u);
+    EXPECT_EQ(j["choices"][0]["index"], 0);
+    EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+    EXPECT_EQ(j["choices"][0]["message"]["content"], "Hello");
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+    EXPECT_EQ(j["usage"]["prompt_tokens"], 10);
+    EXPECT_EQ(j["usage"]["completion_tokens"], 3);
+    EXPECT_EQ(j["usage"]["total_tokens"], 13);
+    EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 4);
+}
+
+TEST(ResponseBody, TextCompletionHasText) {
+    const json j = json::parse(completion_body(meta(endpoint::completions), " there", "length", {2, 1, 0}));
+    EXPECT_EQ(j["object"], "text_completion");
+    EXPECT_EQ(j["choices"][0]["text"], " there");
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+}
+
+TEST(ResponseBody, InvalidUtf8NeverBreaksTheJson) {
+    const std::string body = completion_body(meta(endpoint::completions), "a\xe2\x82", "stop", {});
+    EXPECT_TRUE(json::accept(body));
+}
+
+TEST(StreamChunk, ChatChunksOpenWithTheRoleAndCloseWithAnEmptyDelta) {
+    const response_meta m = meta(endpoint::chat_completions);
+    const json first = json::parse(stream_chunk(m, "", true, "", false));
+    EXPECT_EQ(first["object"], "chat.completion.chunk");
+    EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+    EXPECT_EQ(first["choices"][0]["delta"]["content"], "");
+    EXPECT_TRUE(first["choices"][0]["finish_reason"].is_null());
+    EXPECT_FALSE(first.contains("usage"));
+
+    const json mid = json::parse(stream_chunk(m, "Hi", false, "", true));
+    EXPECT_FALSE(mid["choices"][0]["delta"].contains("role"));
+    EXPECT_EQ(mid["choices"][0]["delta"]["content"], "Hi");
+    EXPECT_TRUE(mid.contains("usage"));
+    EXPECT_TRUE(mid["usage"].is_null());
+
+    const json last = json::parse(stream_chunk(m, "", false, "length", false));
+    EXPECT_TRUE(last["choices"][0]["delta"].empty());
+    EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
+}
+
+TEST(StreamChunk, CompletionChunksCarryText) {
+    const json j = json::parse(stream_chunk(meta(endpoint::completions), "abc", false, "", false));
+    EXPECT_EQ(j["object"], "text_completion");
+    EXPECT_EQ(j["choices"][0]["text"], "abc");
+}
+
+TEST(StreamChunk, UsageChunkHasNoChoices) {
+    const json j = json::parse(stream_usage_chunk(meta(endpoint::chat_completions), {5, 2, 1}));
+    EXPECT_TRUE(j["choices"].is_array());
+    EXPECT_TRUE(j["choices"].empty());
+    EXPECT_EQ(j["usage"]["total_tokens"], 7);
+    EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 1);
+}
+
+TEST(Sse, EventsAreDataLinesWithABlankLineAndTheStreamEndsWithDone) {
+    EXPECT_EQ(sse_event("{\"a\":1}"), "data: {\"a\":1}\n\n");
+    EXPECT_EQ(sse_done, "data: [DONE]\n\n");
+    // A chunk's JSON never holds a raw newline, which would end the SSE event early.
+    const std::string chunk = stream_chunk(meta(endpoint::completions), "line1\nline2\r\n", false, "", false);
+    EXPECT_EQ(chunk.find('\n'), std::string::npos);
+    EXPECT_EQ(chunk.find('\r'), std::string::npos);
+}
+
+TEST(ModelsBody, ListsTheModel) {
+    const json j = json::parse(models_body("tiny", 5));
+    EXPECT_EQ(j["object"], "list");
+    ASSERT_EQ(j["data"].size(), 1u);
+    EXPECT_EQ(j["data"][0]["id"], "tiny");
+    EXPECT_EQ(j["data"][0]["object"], "model");
+    EXPECT_EQ(j["data"][0]["owned_by"], "skippy");
+}
+
+}  // namespace
+}  // namespace skippy::http

@@ -1,0 +1,574 @@
+// The HTTP server end to end on a fake pipeline: routes, errors, streaming, queueing,
+// cancellation. The fake's decode can be held at a gate, so lane occupancy is set by the
+// test, never by timing.
+#include "http/server.h"
+
+#include "tokenizer/tiny_vocab.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <condition_variable>
+#include <future>
+#include <thread>
+
+namespace skippy::http {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+constexpr token_id k_eos = 2;
+token_id byte_token(unsigned char b) { return 3 + b; }  // tiny_vocab: <0x00> is id 3
+
+std::vector<token_id> bytes_of(std::string_view s) {
+    std::vector<token_id> out;
+    for (unsigned char c : s) out.push_back(byte_token(c));
+    return out;
+}
+
+// A pipeline that "generates" a fixed script of tokens (repeated), with a gate on decode:
+// while closed, each decode waits for a permit.
+class fake_pipeline final : public pipeline_i {
+public:
+    fake_pipeline(int32_t n_lanes, int32_t ctx, int32_t n_vocab, std::vector<token_id> script)
+        : n_lanes_(n_lanes), ctx_(ctx), n_vocab_(n_vocab), script_(std::move(script)), steps_(static_cast<size_t>(n_lanes)) {}
+
+    int32_t n_lanes() const override { return n_lanes_; }
+    int32_t ctx_size() const override { return ctx_; }
+    int32_t n_vocab() const override { return n_vocab_; }
+
+    status begin(int32_t lane, const sampling_config &, std::span<const token_id> prompt) override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        steps_[static_cast<size_t>(lane)] = 0;
+        last_prompt_.assign(prompt.begin(), prompt.end());
+        return status::ok();
+    }
+    status begin(int32_t lane, const sampling_config & s, std::span<const token_id> prompt, std::string_view key) override {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            last_cache_key_ = std::string(key);
+        }
+        return begin(lane, s, prompt);
+    }
+    status prefill(int32_t, int64_t, std::span<const token_id>) override { return status::ok(); }
+    result<token_id> decode(int32_t lane, int64_t, token_id) override {
+        std::unique_lock<std::mutex> lock(mutex_);
+        ++waiting_;
+        cv_.notify_all();
+        cv_.wait(lock, [&] { return open_ || permits_ > 0; });
+        if (!open_) --permits_;
+        --waiting_;
+        ++decodes_;
+        const size_t step = steps_[static_cast<size_t>(lane)]++;
+        return script_[step % script_.size()];
+    }
+    void end(int32_t) override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++ended_;
+        cv_.notify_all();
+    }
+    int64_t cached_tokens(int32_t) const override { return cached_; }
+
+    void close_gate() { std::lock_guard<std::mutex> lock(mutex_); open_ = false; permits_ = 0; }
+    void open_gate() { std::lock_guard<std::mutex> lock(mutex_); open_ = true; cv_.notify_all(); }
+    void permit(int n) { std::lock_guard<std::mutex> lock(mutex_); permits_ += n; cv_.notify_all(); }
+    // Waits (bounded) until `n` decodes are blocked at the gate.
+    bool wait_blocked(int n) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        return cv_.wait_for(lock, 10s, [&] { return waiting_ >= n; });
+    }
+    int ended() const { std::lock_guard<std::mutex> lock(mutex_); return ended_; }
+    int64_t decodes() const { std::lock_guard<std::mutex> lock(mutex_); return decodes_; }
+    std::string last_cache_key() const { std::lock_guard<std::mutex> lock(mutex_); return last_cache_key_; }
+    std::vector<token_id> last_prompt() const { std::lock_guard<std::mutex> lock(mutex_); return last_prompt_; }
+    void set_cached_tokens(int64_t n) { cached_ = n; }
+
+private:
+    const int32_t n_lanes_, ctx_, n_vocab_;
+    const std::vector<token_id> script_;
+    mutable std::mutex mutex_;
+    std::condition_variable cv_;
+    std::vector<size_t> steps_;
+    bool open_ = true;
+    int permits_ = 0, waiting_ = 0, ended_ = 0;
+    int64_t decodes_ = 0;
+    std::atomic<int64_t> cached_{0};
+    std::string last_cache_key_;
+    std::vector<token_id> last_prompt_;
+};
+
+// A bare TCP client, so a test can drop a connection whenever it likes.
+class raw_client {
+public:
+    explicit raw_client(int port) {
+        fd_ = socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(static_cast<uint16_t>(port));
+        inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+        connected_ = connect(fd_, reinterpret_cast<sockaddr *>(&a), sizeof(a)) == 0;
+    }
+    ~raw_client() { drop(); }
+    bool connected() const { return connected_; }
+    void post(const std::string & path, const std::string & body) {
+        const std::string req = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                                "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+        ASSERT_EQ(send(fd_, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+    }
+    // Reads until `needle` appears (or the peer closes / 10 s pass); returns what was read.
+    std::string read_until(const std::string & needle) {
+        std::string got;
+        timeval tv{10, 0};
+        setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        char buf[4096];
+        while (got.find(needle) == std::string::npos) {
+            const ssize_t n = recv(fd_, buf, sizeof(buf), 0);
+            if (n <= 0) break;
+            got.append(buf, static_cast<size_t>(n));
+        }
+        return got;
+    }
+    void drop() {
+        if (fd_ >= 0) close(fd_);
+        fd_ = -1;
+    }
+
+private:
+    int fd_ = -1;
+    bool connected_ = false;
+};
+
+// The events of an SSE body: the payload of each "data: " line.
+std::vector<std::string> sse_payloads(const std::string & body) {
+    std::vector<std::string> out;
+    size_t pos = 0;
+    while ((pos = body.find("data: ", pos)) != std::string::npos) {
+        const size_t end = body.find("\n\n", pos);
+        if (end == std::string::npos) break;
+        out.push_back(body.substr(pos + 6, end - pos - 6));
+        pos = end + 2;
+    }
+    return out;
+}
+
+void expect_openai_error(const httplib::Result & res, int status, const std::string & type = "") {
+    ASSERT_TRUE(res) << "no response";
+    EXPECT_EQ(res->status, status) << res->body;
+    json j = json::parse(res->body, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << res->body;
+    ASSERT_TRUE(j.contains("error")) << res->body;
+    const json & e = j["error"];
+    EXPECT_TRUE(e["message"].is_string());
+    EXPECT_FALSE(e["message"].get<std::string>().empty());
+    EXPECT_TRUE(e["type"].is_string());
+    EXPECT_TRUE(e.contains("param"));
+    EXPECT_TRUE(e.contains("code"));
+    if (!type.empty()) {
+        EXPECT_EQ(e["type"], type);
+    }
+    EXPECT_EQ(res->get_header_value("Content-Type"), "application/json");
+}
+
+class ServerTest : public ::testing::Test {
+protected:
+    void start(int32_t lanes, int32_t queue, double timeout_s, std::vector<token_id> script, int32_t ctx = 256,
+               telemetry::event_sink_ptr events = nullptr) {
+        testing::tiny_vocab v;
+        v.with_spm_specials_and_bytes();
+        tok_ = testing::build_or_fail(v);
+        ASSERT_NE(tok_, nullptr);
+        pipe_ = std::make_unique<fake_pipeline>(lanes, ctx, tok_->n_vocab(), std::move(script));
+        server_options o;
+        o.port = 0;
+        o.queue_capacity = queue;
+        o.queue_timeout_s = timeout_s;
+        o.max_body_bytes = 64 * 1024;
+        o.model_id = "fake";
+        server_ = std::make_unique<http_server>(*pipe_, *tok_, o, metrics_, std::move(events));
+        const status st = server_->start();
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+        port_ = server_->port();
+        ASSERT_GT(port_, 0);
+    }
+    void TearDown() override {
+        if (pipe_) pipe_->open_gate();
+        server_.reset();
+    }
+    httplib::Client client() {
+        httplib::Client c("127.0.0.1", port_);
+        c.set_read_timeout(30, 0);
+        return c;
+    }
+    httplib::Result post(const std::string & path, const std::string & body) {
+        return client().Post(path.c_str(), body, "application/json");
+    }
+    double metric_value(telemetry::metric m, const telemetry::label_values & labels = {}) {
+        return metrics_.value(m, labels).value_or(0);
+    }
+
+    std::unique_ptr<tokenizer>    tok_;
+    std::unique_ptr<fake_pipeline> pipe_;
+    telemetry::metrics_registry   metrics_;
+    std::unique_ptr<http_server>  server_;
+    int                           port_ = 0;
+};
+
+std::vector<token_id> hello_then_eos() {
+    auto s = bytes_of("Hello world");
+    s.push_back(k_eos);
+    return s;
+}
+
+const std::string k_chat = R"({"messages":[{"role":"user","content":"Hi"}],"temperature":0)";
+
+TEST_F(ServerTest, HealthModelsAndMetricsAnswer) {
+    start(2, 4, 1, hello_then_eos());
+    auto h = client().Get("/health");
+    ASSERT_TRUE(h);
+    EXPECT_EQ(h->status, 200);
+    EXPECT_EQ(json::parse(h->body)["status"], "ok");
+    auto m = client().Get("/v1/models");
+    ASSERT_TRUE(m);
+    EXPECT_EQ(json::parse(m->body)["data"][0]["id"], "fake");
+    auto one = client().Get("/v1/models/fake");
+    ASSERT_TRUE(one);
+    EXPECT_EQ(json::parse(one->body)["id"], "fake");
+    expect_openai_error(client().Get("/v1/models/other"), 404);
+    auto metrics = client().Get("/metrics");
+    ASSERT_TRUE(metrics);
+    EXPECT_EQ(metrics->status, 200);
+    EXPECT_NE(metrics->get_header_value("Content-Type").find("text/plain"), std::string::npos);
+    EXPECT_NE(metrics->body.find("\nskippy_lanes 2\n"), std::string::npos);
+    EXPECT_NE(metrics->body.find("skippy_http_requests_total{endpoint=\"health\",code=\"200\"} 1"), std::string::npos);
+}
+
+TEST_F(ServerTest, UnknownRoutesAre404AndWrongMethods405) {
+    start(1, 1, 1, hello_then_eos());
+    expect_openai_error(client().Get("/v1/nothing"), 404, "invalid_request_error");
+    expect_openai_error(post("/v2/chat/completions", "{}"), 404);
+    auto r = client().Get("/v1/chat/completions");
+    expect_openai_error(r, 405);
+    EXPECT_EQ(r->get_header_value("Allow"), "POST");
+    expect_openai_error(post("/health", "{}"), 405);
+    expect_openai_error(client().Delete("/v1/completions"), 405);
+}
+
+TEST_F(ServerTest, BadBodiesAre400AndOversizedOnes413) {
+    start(1, 1, 1, hello_then_eos());
+    expect_openai_error(post("/v1/chat/completions", "{not json"), 400, "invalid_request_error");
+    expect_openai_error(post("/v1/chat/completions", R"({"messages":[]})"), 400);
+    expect_openai_error(post("/v1/chat/completions", k_chat + R"(,"temperature":-1})"), 400);
+    expect_openai_error(post("/v1/completions", R"({"prompt":"x","n":3})"), 400);
+    const std::string big = R"({"prompt":")" + std::string(100 * 1024, 'a') + "\"}";
+    expect_openai_error(post("/v1/completions", big), 413);
+    EXPECT_EQ(pipe_->decodes(), 0);  // nothing reached the pipeline
+}
+
+TEST_F(ServerTest, APromptLongerThanTheContextIs400) {
+    start(1, 1, 1, hello_then_eos(), /*ctx=*/32);
+    auto r = post("/v1/completions", R"({"prompt":")" + std::string(100, 'x') + "\"}");
+    expect_openai_error(r, 400);
+    EXPECT_EQ(json::parse(r->body)["error"]["code"], "context_length_exceeded");
+}
+
+TEST_F(ServerTest, NonStreamingChatReturnsTheTextAndUsage) {
+    start(1, 1, 1, hello_then_eos());
+    pipe_->set_cached_tokens(3);
+    auto r = post("/v1/chat/completions", k_chat + "}");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json j = json::parse(r->body);
+    EXPECT_EQ(j["object"], "chat.completion");
+    EXPECT_EQ(j["model"], "fake");
+    EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+    EXPECT_EQ(j["choices"][0]["message"]["content"], "Hello world");
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");  // the end-of-generation token
+    const auto prompt = tokenize_chat(*tok_, chat_template_family::plain, std::vector<chat_message>{{"user", "Hi"}});
+    EXPECT_EQ(j["usage"]["prompt_tokens"], prompt->size());
+    EXPECT_EQ(pipe_->last_prompt(), *prompt);
+    EXPECT_EQ(j["usage"]["completion_tokens"], 11);
+    EXPECT_EQ(j["usage"]["total_tokens"], prompt->size() + 11);
+    EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 3);
+    EXPECT_EQ(metric_value(telemetry::metric::generated_tokens), 11);
+    EXPECT_EQ(metric_value(telemetry::metric::cached_prompt_tokens), 3);
+    EXPECT_EQ(metric_value(telemetry::metric::generation_requests, {"chat_completions", "stop"}), 1);
+}
+
+TEST_F(ServerTest, EachGenerationEmitsASummaryEvent) {
+    std::vector<std::string> lines;
+    std::mutex lines_mutex;
+    auto sink = std::make_shared<telemetry::json_lines_sink>(
+        [&](std::string_view l) {
+            std::lock_guard<std::mutex> lock(lines_mutex);
+            lines.emplace_back(l);
+        },
+        telemetry::telemetry_level::summary);
+    start(1, 1, 1, hello_then_eos(), 256, sink);
+    auto r = post("/v1/completions", R"({"prompt":"Hi","max_tokens":4})");
+    ASSERT_TRUE(r);
+    std::lock_guard<std::mutex> lock(lines_mutex);
+    ASSERT_EQ(lines.size(), 1u);
+    const json e = json::parse(lines[0]);
+    EXPECT_EQ(e["event"], "http.request");
+    EXPECT_EQ(e["stage"], 0);
+    EXPECT_EQ(e["attrs"]["skippy.http.endpoint"], "completions");
+    EXPECT_EQ(e["attrs"]["skippy.http.finish_reason"], "length");
+    EXPECT_EQ(e["attrs"]["skippy.http.completion_tokens"], 4);
+    EXPECT_EQ(e["attrs"]["skippy.http.stream"], false);
+}
+
+TEST_F(ServerTest, MaxTokensEndsWithLength) {
+    start(1, 1, 1, hello_then_eos());
+    auto r = post("/v1/completions", R"({"prompt":"Hi","max_tokens":5})");
+    ASSERT_TRUE(r);
+    const json j = json::parse(r->body);
+    EXPECT_EQ(j["object"], "text_completion");
+    EXPECT_EQ(j["choices"][0]["text"], "Hello");
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(j["usage"]["completion_tokens"], 5);
+}
+
+TEST_F(ServerTest, AStopStringIsTrimmedAndEndsWithStop) {
+    start(1, 1, 1, hello_then_eos());
+    auto r = post("/v1/completions", R"({"prompt":"Hi","max_tokens":50,"stop":["xyz","lo w"]})");
+    ASSERT_TRUE(r);
+    const json j = json::parse(r->body);
+    EXPECT_EQ(j["choices"][0]["text"], "Hel");
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+    EXPECT_EQ(j["usage"]["completion_tokens"], 7);  // "Hello w": generation stopped at the match
+}
+
+TEST_F(ServerTest, TokenIdPromptsAreUsedAsGiven) {
+    start(1, 1, 1, hello_then_eos());
+    auto r = post("/v1/completions", R"({"prompt":[1,70,80],"max_tokens":2})");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(pipe_->last_prompt(), (std::vector<token_id>{1, 70, 80}));
+    expect_openai_error(post("/v1/completions", R"({"prompt":[1,9999]})"), 400);
+}
+
+TEST_F(ServerTest, PromptCacheKeyReachesThePipeline) {
+    start(1, 1, 1, hello_then_eos());
+    auto r = post("/v1/chat/completions", k_chat + R"(,"prompt_cache_key":"tenant-a","max_tokens":1})");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(pipe_->last_cache_key(), "tenant-a");
+    post("/v1/chat/completions", k_chat + R"(,"max_tokens":1})");
+    EXPECT_EQ(pipe_->last_cache_key(), "");
+}
+
+TEST_F(ServerTest, StreamingChatSendsRoleContentFinishUsageAndDone) {
+    start(1, 1, 1, hello_then_eos());
+    pipe_->set_cached_tokens(2);
+    auto r = post("/v1/chat/completions", k_chat + R"(,"stream":true,"stream_options":{"include_usage":true}})");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
+    const auto events = sse_payloads(r->body);
+    ASSERT_GE(events.size(), 4u);
+    EXPECT_EQ(events.back(), "[DONE]");
+    const json first = json::parse(events[0]);
+    EXPECT_EQ(first["object"], "chat.completion.chunk");
+    EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+    std::string text;
+    std::string finish;
+    json usage;
+    std::set<std::string> ids;
+    for (size_t i = 0; i + 1 < events.size(); ++i) {
+        const json c = json::parse(events[i]);
+        ids.insert(c["id"].get<std::string>());
+        if (c["choices"].empty()) {
+            usage = c["usage"];
+            continue;
+        }
+        EXPECT_TRUE(c["usage"].is_null());  // include_usage: null on every ordinary chunk
+        const json & ch = c["choices"][0];
+        if (ch["delta"].contains("content")) text += ch["delta"]["content"].get<std::string>();
+        if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+    }
+    EXPECT_EQ(text, "Hello world");
+    EXPECT_EQ(finish, "stop");
+    EXPECT_EQ(ids.size(), 1u);
+    ASSERT_TRUE(usage.is_object());
+    EXPECT_EQ(usage["completion_tokens"], 11);
+    EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], 2);
+}
+
+TEST_F(ServerTest, StreamingWithoutIncludeUsageHasNoUsage) {
+    start(1, 1, 1, hello_then_eos());
+    auto r = post("/v1/completions", R"({"prompt":"Hi","max_tokens":3,"stream":true})");
+    ASSERT_TRUE(r);
+    const auto events = sse_payloads(r->body);
+    ASSERT_EQ(events.back(), "[DONE]");
+    std::string text;
+    for (size_t i = 0; i + 1 < events.size(); ++i) {
+        const json c = json::parse(events[i]);
+        EXPECT_FALSE(c.contains("usage"));
+        EXPECT_EQ(c["object"], "text_completion");
+        text += c["choices"][0]["text"].get<std::string>();
+    }
+    EXPECT_EQ(text, "Hel");
+    EXPECT_EQ(json::parse(events[events.size() - 2])["choices"][0]["finish_reason"], "length");
+}
+
+TEST_F(ServerTest, StreamedChunksNeverSplitAUtf8Character) {
+    auto script = bytes_of("a\xe2\x82\xac" "b\xf0\x9f\x98\x80");
+    script.push_back(k_eos);
+    start(1, 1, 1, script);
+    auto r = post("/v1/completions", R"({"prompt":"Hi","max_tokens":50,"stream":true})");
+    ASSERT_TRUE(r);
+    const auto events = sse_payloads(r->body);
+    std::string text;
+    for (size_t i = 0; i + 1 < events.size(); ++i) {
+        const std::string piece = json::parse(events[i])["choices"][0]["text"];
+        EXPECT_EQ(piece.find("\xef\xbf\xbd"), std::string::npos) << "a chunk held a replacement character";
+        text += piece;
+    }
+    EXPECT_EQ(text, "a\xe2\x82\xac" "b\xf0\x9f\x98\x80");
+}
+
+TEST_F(ServerTest, AFullQueueAnswers429) {
+    start(1, 0, 30, hello_then_eos());
+    pipe_->close_gate();
+    auto busy = std::async(std::launch::async, [&] { return post("/v1/completions", R"({"prompt":"Hi","max_tokens":3})"); });
+    ASSERT_TRUE(pipe_->wait_blocked(1));
+    auto refused = post("/v1/completions", R"({"prompt":"Hi","max_tokens":3})");
+    expect_openai_error(refused, 429, "rate_limit_error");
+    pipe_->open_gate();
+    auto ok = busy.get();
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200);
+    EXPECT_EQ(metric_value(telemetry::metric::queue_rejections, {"full"}), 1);
+}
+
+TEST_F(ServerTest, AWaitPastTheQueueTimeoutAnswers503) {
+    start(1, 1, 0.05, hello_then_eos());
+    pipe_->close_gate();
+    auto busy = std::async(std::launch::async, [&] { return post("/v1/completions", R"({"prompt":"Hi","max_tokens":3})"); });
+    ASSERT_TRUE(pipe_->wait_blocked(1));
+    auto late = post("/v1/completions", R"({"prompt":"Hi","max_tokens":3})");
+    expect_openai_error(late, 503, "server_error");
+    EXPECT_EQ(json::parse(late->body)["error"]["code"], "queue_timeout");
+    pipe_->open_gate();
+    EXPECT_EQ(busy.get()->status, 200);
+    EXPECT_EQ(metric_value(telemetry::metric::queue_rejections, {"timeout"}), 1);
+}
+
+TEST_F(ServerTest, AQueuedRequestRunsWhenALaneFrees) {
+    start(1, 2, 30, hello_then_eos());
+    pipe_->close_gate();
+    auto first = std::async(std::launch::async, [&] { return post("/v1/completions", R"({"prompt":"Hi","max_tokens":3})"); });
+    ASSERT_TRUE(pipe_->wait_blocked(1));
+    auto second = std::async(std::launch::async, [&] { return post("/v1/completions", R"({"prompt":"Hi","max_tokens":3})"); });
+    // Wait until the second one is queued (the gauge is refreshed by each scrape).
+    bool queued = false;
+    for (int i = 0; i < 5000 && !queued; ++i) {
+        auto m = client().Get("/metrics");
+        queued = m && m->body.find("\nskippy_queue_waiting_requests 1\n") != std::string::npos;
+        if (!queued) std::this_thread::sleep_for(1ms);
+    }
+    ASSERT_TRUE(queued);
+    pipe_->open_gate();
+    EXPECT_EQ(first.get()->status, 200);
+    EXPECT_EQ(second.get()->status, 200);
+}
+
+// Drops the connection of a request that holds the only lane; the generation must be
+// cancelled (far fewer decodes than max_tokens) and the lane freed for the next request.
+void drop_client_and_check_lane_freed(ServerTest & t, fake_pipeline & pipe, int port, bool stream,
+                                      const std::function<httplib::Result()> & next_request) {
+    pipe.close_gate();
+    pipe.permit(2);  // let a couple of tokens through, then hold the lane at the gate
+    raw_client dropped(port);
+    ASSERT_TRUE(dropped.connected());
+    dropped.post("/v1/completions", std::string(R"({"prompt":"Hi","max_tokens":200,"stream":)") + (stream ? "true" : "false") + "}");
+    ASSERT_TRUE(pipe.wait_blocked(1));
+    if (stream) {
+        const std::string got = dropped.read_until("data: ");
+        EXPECT_NE(got.find("200 OK"), std::string::npos);
+    }
+    dropped.drop();
+    // One token at a time until the server notices; bounded, never a timing assertion.
+    for (int i = 0; i < 150 && pipe.ended() == 0; ++i) {
+        pipe.permit(1);
+        std::this_thread::sleep_for(2ms);
+    }
+    ASSERT_EQ(pipe.ended(), 1) << "the dropped request was not cancelled";
+    EXPECT_LT(pipe.decodes(), 150);
+    pipe.open_gate();
+    auto r = next_request();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    (void)t;
+}
+
+TEST_F(ServerTest, ADroppedNonStreamingClientFreesItsLane) {
+    start(1, 0, 30, bytes_of("abcdefgh"));  // no EOS: would run to max_tokens
+    drop_client_and_check_lane_freed(*this, *pipe_, port_, false,
+                                     [&] { return post("/v1/completions", R"({"prompt":"Hi","max_tokens":3})"); });
+    EXPECT_EQ(metric_value(telemetry::metric::generation_requests, {"completions", "cancelled"}), 1);
+}
+
+TEST_F(ServerTest, ADroppedStreamingClientFreesItsLane) {
+    start(1, 0, 30, bytes_of("abcdefgh"));
+    drop_client_and_check_lane_freed(*this, *pipe_, port_, true,
+                                     [&] { return post("/v1/completions", R"({"prompt":"Hi","max_tokens":3})"); });
+    EXPECT_EQ(metric_value(telemetry::metric::generation_requests, {"completions", "cancelled"}), 1);
+}
+
+TEST_F(ServerTest, AClientThatLeavesWhileQueuedGivesUpItsPlace) {
+    start(1, 1, 30, hello_then_eos());
+    pipe_->close_gate();
+    auto busy = std::async(std::launch::async, [&] { return post("/v1/completions", R"({"prompt":"Hi","max_tokens":3})"); });
+    ASSERT_TRUE(pipe_->wait_blocked(1));
+    {
+        raw_client waiter(port_);
+        waiter.post("/v1/completions", R"({"prompt":"Hi","max_tokens":3})");
+        bool queued = false;
+        for (int i = 0; i < 5000 && !queued; ++i) {
+            auto m = client().Get("/metrics");
+            queued = m && m->body.find("\nskippy_queue_waiting_requests 1\n") != std::string::npos;
+            if (!queued) std::this_thread::sleep_for(1ms);
+        }
+        ASSERT_TRUE(queued);
+    }  // dropped while waiting
+    bool left = false;
+    for (int i = 0; i < 5000 && !left; ++i) {
+        left = metric_value(telemetry::metric::queue_rejections, {"disconnected"}) == 1;
+        if (!left) std::this_thread::sleep_for(1ms);
+    }
+    EXPECT_TRUE(left);
+    pipe_->open_gate();
+    EXPECT_EQ(busy.get()->status, 200);
+}
+
+TEST_F(ServerTest, StopAnswersWaitersWith503AndCancelsRunningRequests) {
+    start(1, 2, 30, bytes_of("abc"));
+    pipe_->close_gate();
+    auto running = std::async(std::launch::async, [&] { return post("/v1/completions", R"({"prompt":"Hi","max_tokens":100})"); });
+    ASSERT_TRUE(pipe_->wait_blocked(1));
+    auto waiting = std::async(std::launch::async, [&] { return post("/v1/completions", R"({"prompt":"Hi","max_tokens":3})"); });
+    bool queued = false;
+    for (int i = 0; i < 5000 && !queued; ++i) {
+        auto m = client().Get("/metrics");
+        queued = m && m->body.find("\nskippy_queue_waiting_requests 1\n") != std::string::npos;
+        if (!queued) std::this_thread::sleep_for(1ms);
+    }
+    ASSERT_TRUE(queued);
+    auto stopper = std::async(std::launch::async, [&] { server_->stop(); });
+    expect_openai_error(waiting.get(), 503);
+    pipe_->open_gate();  // the running request sees the stop at its next token
+    expect_openai_error(running.get(), 503);
+    stopper.get();
+    EXPECT_LT(pipe_->decodes(), 100);
+}
+
+}  // namespace
+}  // namespace skippy::http

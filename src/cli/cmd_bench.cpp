@@ -103,7 +103,7 @@ int run_bench(const bench_options & o) {
     auto seconds = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
     std::vector<double> prefill_tps, decode_tps, ttft_ms;
     for (int32_t r = 0; r < o.repeat; ++r) {
-        status bst = pipeline.begin(0, greedy, prompt);
+        status bst = pipeline.begin(0, greedy, prompt, "");
         if (!bst.is_ok()) return fail(bst);
         const auto t0 = clock::now();
         for (int32_t pos = 0; pos < o.prompt_tokens; pos += o.batch_size) {

@@ -108,7 +108,7 @@ result<nlohmann::json> shared_prefix(std::shared_ptr<const gguf::file> file, con
         // prefill and one decode, exactly what a warm request must still compute.
         sampling_config greedy;
         greedy.temperature = 0;
-        SKIPPY_TRY(plain->begin(0, greedy, b));
+        SKIPPY_TRY(plain->begin(0, greedy, b, ""));
         for (int32_t pos = 0; pos < o.prefix_tokens; pos += o.batch_size) {
             const int32_t n = std::min(o.batch_size, o.prefix_tokens - pos);
             SKIPPY_TRY(plain->prefill(0, pos, std::span<const token_id>(b).subspan(static_cast<size_t>(pos), static_cast<size_t>(n))));

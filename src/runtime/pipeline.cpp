@@ -8,7 +8,8 @@ local_pipeline::local_pipeline(std::unique_ptr<stage> whole_model) : stage_(std:
     lanes_.resize(static_cast<size_t>(stage_->n_lanes()));
 }
 
-status local_pipeline::begin(int32_t lane, const sampling_config & sampling, std::span<const token_id> prompt_tokens) {
+status local_pipeline::begin(int32_t lane, const sampling_config & sampling, std::span<const token_id> prompt_tokens,
+                             std::string_view) {
     if (lane < 0 || lane >= n_lanes()) return make_error(error_code::invalid_argument, "no such lane");
     SKIPPY_TRY(sampling.validate());
     stage_->truncate_lane(lane, 0);

@@ -28,18 +28,13 @@ public:
     virtual int32_t ctx_size() const = 0;
     virtual int32_t n_vocab() const = 0;
 
-    // Starts a request on `lane`: resets it and configures sampling on the final stage.
-    // prompt_tokens lets the final stage fill its penalty window.
-    virtual status begin(int32_t lane, const sampling_config & sampling, std::span<const token_id> prompt_tokens) = 0;
-    // begin() for a client cache namespace (prompt_cache_key; "" for none): prefixes
-    // cached under one key are never served to another (DESIGN §6). run_generation calls
-    // this one. The default ignores the key (no prefix cache); a pipeline with a cache
-    // overrides it.
+    // Starts a request on `lane`: resets it, configures sampling on the final stage and,
+    // with a prefix cache, restores what it can of the prompt (see cached_tokens).
+    // prompt_tokens lets the final stage fill its penalty window. cache_key is the
+    // client's cache namespace (prompt_cache_key; "" for the default): prefixes cached
+    // under one key are never served to another (DESIGN §6).
     virtual status begin(int32_t lane, const sampling_config & sampling, std::span<const token_id> prompt_tokens,
-                         std::string_view cache_key) {
-        (void)cache_key;
-        return begin(lane, sampling, prompt_tokens);
-    }
+                         std::string_view cache_key) = 0;
 
     // Computes tokens at positions [pos_start, pos_start + tokens.size()) without sampling.
     virtual status prefill(int32_t lane, int64_t pos_start, std::span<const token_id> tokens) = 0;
@@ -64,7 +59,9 @@ public:
     int32_t n_lanes() const override { return stage_->n_lanes(); }
     int32_t ctx_size() const override { return stage_->ctx_size(); }
     int32_t n_vocab() const override { return stage_->hparams().n_vocab; }
-    status begin(int32_t lane, const sampling_config & sampling, std::span<const token_id> prompt_tokens) override;
+    // No prefix cache here: the key is ignored.
+    status begin(int32_t lane, const sampling_config & sampling, std::span<const token_id> prompt_tokens,
+                 std::string_view cache_key) override;
     status prefill(int32_t lane, int64_t pos_start, std::span<const token_id> tokens) override;
     result<token_id> decode(int32_t lane, int64_t pos, token_id token) override;
     void end(int32_t lane) override;

@@ -41,9 +41,6 @@ public:
     int32_t n_lanes() const override { return stage_->n_lanes(); }
     int32_t ctx_size() const override { return stage_->ctx_size(); }
     int32_t n_vocab() const override { return stage_->hparams().n_vocab; }
-    status begin(int32_t lane, const sampling_config & sampling, std::span<const token_id> prompt_tokens) override {
-        return begin(lane, sampling, prompt_tokens, "");
-    }
     status begin(int32_t lane, const sampling_config & sampling, std::span<const token_id> prompt_tokens,
                  std::string_view cache_key) override;
     status prefill(int32_t lane, int64_t pos_start, std::span<const token_id> tokens) override;

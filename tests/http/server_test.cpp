@@ -44,18 +44,12 @@ public:
     int32_t ctx_size() const override { return ctx_; }
     int32_t n_vocab() const override { return n_vocab_; }
 
-    status begin(int32_t lane, const sampling_config &, std::span<const token_id> prompt) override {
+    status begin(int32_t lane, const sampling_config &, std::span<const token_id> prompt, std::string_view key) override {
         std::lock_guard<std::mutex> lock(mutex_);
         steps_[static_cast<size_t>(lane)] = 0;
         last_prompt_.assign(prompt.begin(), prompt.end());
+        last_cache_key_ = std::string(key);
         return status::ok();
-    }
-    status begin(int32_t lane, const sampling_config & s, std::span<const token_id> prompt, std::string_view key) override {
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            last_cache_key_ = std::string(key);
-        }
-        return begin(lane, s, prompt);
     }
     status prefill(int32_t, int64_t, std::span<const token_id>) override { return status::ok(); }
     result<token_id> decode(int32_t lane, int64_t, token_id) override {

@@ -24,6 +24,26 @@ void quantize_row(tensor_type t, const float * src, void * dst, int64_t n) {
     k->from_float(src, static_cast<uint8_t *>(dst), n);
 }
 
+void dot_rows(tensor_type t, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows, const uint8_t * x,
+              size_t x_stride_bytes, int64_t n_x, int64_t n, float * y, int64_t y_stride) {
+    assert(t == tensor_type::f32 || t == tensor_type::f16);
+    const type_kernels * k = active_kernels(t);
+    if (k->mul_tile != nullptr) {
+        k->mul_tile(rows, row_stride_bytes, n_rows, x, x_stride_bytes, n_x, n, y, y_stride);
+        return;
+    }
+    for (int64_t r = 0; r < n_rows; ++r) {
+        for (int64_t i = 0; i < n_x; ++i) y[i * y_stride + r] = k->vec_dot(rows + r * row_stride_bytes, x + i * x_stride_bytes, n);
+    }
+}
+
+void add_scaled_rows(tensor_type t, const float * a, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows,
+                     float * y, int64_t n) {
+    const type_kernels * k = active_kernels(t);
+    assert(k != nullptr && k->add_scaled != nullptr);
+    k->add_scaled(a, rows, row_stride_bytes, n_rows, y, n);
+}
+
 const char * active_implementation() {
     switch (active_impl()) {
         case implementation::scalar: return "scalar";

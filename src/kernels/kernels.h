@@ -8,7 +8,8 @@
 // Batch invariance (DESIGN §4): matmul computes each output element y[t][r] with
 // exactly the same operations whatever n_tokens, the position of t in the batch, the
 // thread count or the code path (matrix-vector or matrix-matrix). Only the
-// implementation choice (scalar vs AVX2, fixed per process) changes the bits.
+// implementation choice (scalar vs AVX2, fixed per process) could change the bits, and
+// today it does not: the AVX2 kernels reproduce the scalar reference exactly.
 #pragma once
 
 #include "base/tensor_type.h"
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 
 namespace skippy::kernels {
 
@@ -56,8 +58,50 @@ void quantize_row(tensor_type t, const float * src, void * dst, int64_t n);
 // Thread-safe: concurrent calls on different outputs may share a pool.
 void matmul(const matrix_view & w, const float * x, int64_t n_tokens, float * y, thread_pool * pool);
 
-// Implementation in use: "avx2" or "scalar". Chosen once per process from CPUID;
-// SKIPPY_KERNELS=scalar forces the reference path. (Only "scalar" exists so far.)
+// One product of matmul_many: y = w x, y token-major ([w.n_rows, n_tokens]).
+struct matmul_output {
+    matrix_view w;
+    float *     y = nullptr;
+};
+
+// Several products of the same activations (e.g. Q, K and V of a layer), each output
+// bitwise what matmul(o.w, x, n_tokens, o.y, pool) writes. Cheaper than separate calls:
+// x is converted once per activation format and all rows share one parallel job.
+// REQUIRES: 1 <= outputs.size() <= 8; every w as matmul requires, all with the same
+// n_cols; the y buffers do not overlap each other or x.
+void matmul_many(std::span<const matmul_output> outputs, const float * x, int64_t n_tokens, thread_pool * pool);
+
+// Dot products of rows of a plain type (F32 or F16, e.g. keys of the KV cache) with
+// rows of the same type (e.g. queries converted once):
+//   y[t * y_stride + r] = dot(rows + r * row_stride_bytes, x + t * x_stride_bytes)
+// for r < n_rows, t < n_x, each over n elements. Each output is bitwise the type's
+// vec_dot: eight partial sums (element i in lane i % 8; rounded multiply, then rounded
+// add), combined as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). The same bits in
+// every implementation, whatever n_rows and n_x.
+// REQUIRES: t is F32 or F16; y does not overlap the inputs.
+void dot_rows(tensor_type t, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows, const uint8_t * x,
+              size_t x_stride_bytes, int64_t n_x, int64_t n, float * y, int64_t y_stride);
+
+// Weighted sum of rows of type t (e.g. values of the KV cache) into y: for
+// r = 0, 1, ..., n_rows - 1 in that order, y[i] = y[i] + a[r] * row_r[i] for i < n, row r
+// at rows + r * row_stride_bytes. Each product rounded, then each sum rounded (never
+// fused): the same bits in every implementation, as a loop over the rows would give.
+// REQUIRES: t is F32 or F16; y does not overlap the rows or a.
+void add_scaled_rows(tensor_type t, const float * a, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows,
+                     float * y, int64_t n);
+
+// y[i] = exp(x[i] - shift) for i < n (x == y allowed): the difference rounded, then a
+// fixed polynomial approximation of exp (relative error about 2e-7, exp(-inf) = 0;
+// src/kernels/exp_approx.h), the same operations and bits in every implementation.
+void exp_shifted(const float * x, float shift, float * y, int64_t n);
+
+// out[i] = (gate[i] / (1 + exp(-gate[i]))) * up[i] for i < n (SiLU-gated product; out may
+// be gate or up), with exp_shifted's exp; the same bits in every implementation.
+void swiglu(const float * gate, const float * up, float * out, int64_t n);
+
+// Implementation in use: "avx2" or "scalar". Chosen once per process from CPUID
+// (AVX2, FMA and F16C); SKIPPY_KERNELS=scalar forces the reference path. Both give
+// bitwise the same results; AVX2 is faster.
 const char * active_implementation();
 
 // A persistent pool of worker threads, created once and reused by every call.
@@ -65,6 +109,10 @@ const char * active_implementation();
 // calling thread and the workers, and returns when all are done (their writes are
 // then visible to the caller). Which thread runs a task never changes a result:
 // tasks own disjoint outputs.
+// Cost: a job is published and its tasks claimed with atomic operations (no lock,
+// about a microsecond per job with spinning workers, as decode's ~100 jobs per token
+// need); idle workers poll for about 0.3 ms, then sleep, and a job of n tasks wakes
+// at most n - 1 sleeping workers.
 class thread_pool {
 public:
     // REQUIRES: n_threads >= 1, counting the caller (n_threads - 1 workers start).

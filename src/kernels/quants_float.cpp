@@ -4,6 +4,7 @@
 #include "base/byte_io.h"
 #include "base/fp16.h"
 
+#include <cstddef>
 #include <cstring>
 
 namespace skippy::kernels::scalar {
@@ -59,6 +60,20 @@ void from_float_bf16(const float * src, uint8_t * dst, int64_t n) {
 
 float vec_dot_bf16(const uint8_t * w_row, const uint8_t * x_row, int64_t n) {
     return dot_8_lanes(w_row, x_row, n, 2, [](const uint8_t * p) { return bf16_to_f32(load_u16_le(p)); });
+}
+
+void add_scaled_f32(const float * a, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows, float * y, int64_t n) {
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const uint8_t * x = rows + r * row_stride_bytes;
+        for (int64_t i = 0; i < n; ++i) y[i] = y[i] + a[r] * load_f32(x + 4 * i);
+    }
+}
+
+void add_scaled_f16(const float * a, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows, float * y, int64_t n) {
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const uint8_t * x = rows + r * row_stride_bytes;
+        for (int64_t i = 0; i < n; ++i) y[i] = y[i] + a[r] * f16_to_f32(load_u16_le(x + 2 * i));
+    }
 }
 
 }  // namespace skippy::kernels::scalar

@@ -6,6 +6,7 @@
 // with the float operations written in each function's comment.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace skippy::kernels::scalar {
@@ -24,6 +25,16 @@ float vec_dot_f16(const uint8_t * w_row, const uint8_t * x_row, int64_t n);
 void to_float_bf16(const uint8_t * src, float * dst, int64_t n);
 void from_float_bf16(const float * src, uint8_t * dst, int64_t n);
 float vec_dot_bf16(const uint8_t * w_row, const uint8_t * x_row, int64_t n);
+
+// For each row r in order: y[i] = y[i] + a[r] * row_r[i] (rounded product, rounded sum).
+void add_scaled_f32(const float * a, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows, float * y, int64_t n);
+void add_scaled_f16(const float * a, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows, float * y, int64_t n);
+
+// Element-wise kernels (vector_math.cpp): kernels.h's exp_shifted and swiglu, and the
+// exp approximation they share (exp_approx.h).
+float exp_approx(float x);
+void exp_shifted(const float * x, float shift, float * y, int64_t n);
+void swiglu(const float * gate, const float * up, float * out, int64_t n);
 
 // Q8_0 (quants_q8_0.cpp).
 void to_float_q8_0(const uint8_t * src, float * dst, int64_t n);

@@ -1,11 +1,11 @@
 // Per-type kernel table: how each weight type converts, quantizes and multiplies
 // (internal to kernels; tests may use it).
 //
-// Every implementation (scalar reference now, AVX2 later) provides one table of
-// type_kernels, indexed by tensor_type. matmul, dequantize_row and quantize_row look
-// the functions up in the table of the active implementation, chosen once per
-// process. A fast path plugs in by starting from the scalar table and replacing the
-// entries it accelerates (see kernel_table()).
+// Every implementation (the scalar reference, and AVX2 + FMA + F16C) provides one
+// table of type_kernels, indexed by tensor_type. matmul, dequantize_row and
+// quantize_row look the functions up in the table of the active implementation,
+// chosen once per process. A fast path plugs in by starting from the scalar table and
+// replacing the entries it accelerates (see kernel_table()).
 //
 // Rows are raw bytes in the block layouts of blocks.h. An "activation row" is an f32
 // row converted once, per token, into the weight type's vec_dot_type; every weight
@@ -37,6 +37,12 @@ using mul_tile_fn = void (*)(const uint8_t * w, size_t w_row_bytes, int64_t n_ro
                              const uint8_t * xq, size_t xq_row_bytes, int64_t n_tokens,
                              int64_t n, float * y, int64_t y_stride);
 
+// For r = 0, 1, ..., n_rows - 1 in that order: y[i] = y[i] + a[r] * row_r[i], rows of n
+// values at rows + r * row_stride_bytes; each product rounded, then each sum rounded
+// (never fused), so every implementation gives the same bits.
+using add_scaled_fn = void (*)(const float * a, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows,
+                               float * y, int64_t n);
+
 struct type_kernels {
     tensor_type type = tensor_type::f32;
     // Format activations are converted to before vec_dot (F32, F16, BF16, Q8_0, Q8_K).
@@ -53,17 +59,24 @@ struct type_kernels {
     vec_dot_fn vec_dot = nullptr;
     // Optional; null means matmul loops over vec_dot.
     mul_tile_fn mul_tile = nullptr;
+    // Set on F32 and F16 (the KV cache types, for attention).
+    add_scaled_fn add_scaled = nullptr;
 };
 
 enum class implementation { scalar, avx2 };
 
-// Kernels of type t in the given implementation, or null when t has none there.
+// True when this CPU can run the implementation (scalar: always).
+bool cpu_supports(implementation impl);
+
+// Kernels of type t in the given implementation, or null when t has none there (or
+// the CPU cannot run that implementation).
 // The scalar table covers F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K (weights) and Q8_K
 // (activations only).
 const type_kernels * kernel_table(implementation impl, tensor_type t);
 
-// The implementation in use, chosen once per process (SKIPPY_KERNELS=scalar forces
-// the reference path).
+// The implementation in use, chosen once per process: AVX2 when CPUID reports AVX2,
+// FMA and F16C (and the OS saves YMM state), else scalar. SKIPPY_KERNELS=scalar forces
+// the reference path.
 implementation active_impl();
 
 // kernel_table(active_impl(), t).

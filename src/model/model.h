@@ -109,6 +109,9 @@ private:
     };
 
     model_slice() = default;
+    // forward_layers for at most k_pass_tokens tokens whose KV rows are prepared.
+    void forward_pass(float * x, int64_t n_tokens, int64_t pos_start, kv_sequence & kv, kernels::thread_pool * pool,
+                      forward_workspace & ws) const;
     void attention(int32_t il_local, const float * q, int64_t n_tokens, int64_t pos_start, const kv_sequence & kv,
                    float * out, kernels::thread_pool * pool) const;
 

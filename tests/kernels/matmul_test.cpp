@@ -128,6 +128,32 @@ TEST_P(matmul_per_type, ConcurrentCallersSharingAPoolGetTheSameBits) {
     for (const auto & y : results) EXPECT_TRUE(bitwise_equal(y.data(), expected.data(), n_tokens * w.n_rows));
 }
 
+// Products sharing an input (Q, K, V) in one call: each output is what matmul alone
+// writes, whatever the types mixed (F32, plain and quantized activation formats).
+TEST(kernels_matmul, ManyProductsOfOneInputEqualSeparateCalls) {
+    const int64_t n_cols = 256;
+    const std::vector<weights> ws = {make_weights(tensor_type::q4_k, 40, n_cols, 11), make_weights(tensor_type::q6_k, 17, n_cols, 12),
+                                     make_weights(tensor_type::q8_0, 9, n_cols, 13), make_weights(tensor_type::f32, 5, n_cols, 14),
+                                     make_weights(tensor_type::f16, 33, n_cols, 15)};
+    thread_pool pool(3);
+    for (int64_t n_tokens : {1, 8, 13}) {
+        const auto x = token_rows(n_tokens, n_cols, 21);
+        std::vector<std::vector<float>> separate, together;
+        std::vector<matmul_output> outs;
+        for (const auto & w : ws) {
+            separate.emplace_back(static_cast<size_t>(n_tokens * w.n_rows));
+            together.emplace_back(static_cast<size_t>(n_tokens * w.n_rows));
+            matmul(w.view(), x.data(), n_tokens, separate.back().data(), nullptr);
+        }
+        for (size_t i = 0; i < ws.size(); ++i) outs.push_back({ws[i].view(), together[i].data()});
+        matmul_many(outs, x.data(), n_tokens, &pool);
+        for (size_t i = 0; i < ws.size(); ++i) {
+            EXPECT_TRUE(bitwise_equal(separate[i].data(), together[i].data(), n_tokens * ws[i].n_rows))
+                << "product " << i << " tokens " << n_tokens;
+        }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(kernels, matmul_per_type, ::testing::ValuesIn(testing::weight_types()),
                          [](const auto & p) { return testing::type_param_name(p.param); });
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <set>
@@ -53,6 +54,24 @@ TEST(kernels_thread_pool, ReusedForManyJobsWithPlainWritesVisibleAfterReturn) {
         int64_t bad = 0;
         for (size_t i = 0; i < out.size(); ++i) bad += out[i] != static_cast<int64_t>(i) * job;
         ASSERT_EQ(bad, 0) << "job " << job;
+    }
+}
+
+// Back-to-back jobs whose sizes go up and down: a worker that finished a small job must
+// never run the next, larger job's function for a task index the small job lacked, and
+// parallel_for must return only when every task of its own job is done.
+TEST(kernels_thread_pool, JobsOfChangingSizesRunEachTaskOnceBeforeReturning) {
+    thread_pool pool(3);
+    std::vector<int> done(64);  // plain ints: written by tasks, read after return
+    for (int job = 0; job < 20000; ++job) {
+        const int64_t n = job % 3 == 0 ? 2 : (job % 3 == 1 ? 64 : 5);
+        std::fill(done.begin(), done.end(), 0);
+        pool.parallel_for(n, [&](int64_t task) {
+            volatile int spin = 0;
+            for (int i = 0; i < (task % 7) * 20; ++i) spin = spin + 1;
+            done[static_cast<size_t>(task)] += 1;
+        });
+        for (int64_t i = 0; i < 64; ++i) ASSERT_EQ(done[static_cast<size_t>(i)], i < n ? 1 : 0) << "job " << job << " task " << i;
     }
 }
 

@@ -54,6 +54,8 @@ TEST_P(batch_invariance, LogitsAreBitwiseEqualAcrossChunkingAndThreads) {
     EXPECT_TRUE(bitwise_equal(reference, eval_logits(file, ids, {1, 1, c.kv}))) << "token by token";
     EXPECT_TRUE(bitwise_equal(reference, eval_logits(file, ids, {0, 2, c.kv}))) << "2 threads";
     EXPECT_TRUE(bitwise_equal(reference, eval_logits(file, ids, {5, 3, c.kv}))) << "3 threads, chunks of 5";
+    // One token over 3 threads: attention then splits the query heads of a KV head.
+    EXPECT_TRUE(bitwise_equal(reference, eval_logits(file, ids, {1, 3, c.kv}))) << "token by token, 3 threads";
 }
 
 INSTANTIATE_TEST_SUITE_P(types, batch_invariance,
@@ -67,6 +69,18 @@ INSTANTIATE_TEST_SUITE_P(types, batch_invariance,
                                            invariance_case{"llama_q6_k", "llama", "Q6_K", kv_dtype::f16},
                                            invariance_case{"qwen2_q4_k_m", "qwen2", "Q4_K_M", kv_dtype::f16}),
                          [](const auto & info) { return std::string(info.param.name); });
+
+// A batch longer than one internal pass of forward_layers (256 tokens) gives the bits
+// of smaller chunks.
+TEST(model_forward, BatchLongerThanOnePassEqualsChunks) {
+    synthetic_model_options o;
+    o.n_embd = 64; o.n_layer = 2; o.n_head = 4; o.n_head_kv = 2; o.n_ff = 256; o.n_vocab = 300; o.type = "Q4_0";
+    auto file = synthetic_model(o);
+    ASSERT_NE(file, nullptr);
+    const auto ids = sample_ids(300, o.n_vocab);
+    const auto whole = eval_logits(file, ids, {0, 2, kv_dtype::f16});
+    EXPECT_TRUE(bitwise_equal(whole, eval_logits(file, ids, {37, 2, kv_dtype::f16})));
+}
 
 TEST(model_forward, ChangingAnEarlierTokenChangesLaterLogits) {
     synthetic_model_options o;

@@ -1,0 +1,218 @@
+// Helpers shared by the AVX2 kernels (internal to kernels; include only from the
+// avx2_*.cpp files, which are compiled with -mavx2 -mfma -mf16c).
+//
+// Linkage rule for every avx2_*.cpp file: include nothing that defines inline
+// functions or templates used elsewhere (no <vector>, <algorithm>, base/fp16.h,
+// base/byte_io.h ...), and keep helpers in an unnamed namespace. An inline function
+// instantiated in an AVX2 file is compiled with AVX2 instructions, and the linker may
+// pick that copy for the whole program, which would then crash on a CPU without AVX2.
+// The kernels.NoSharedSymbolsInAvx2Objects test checks the object files for weak
+// symbols.
+//
+// How the AVX2 kernels reproduce the scalar reference bit for bit:
+// - Quantized types: integer sums of each (super-)block are exact whatever the order,
+//   so they are formed with maddubs/madd and reduced to one int32 per output. The
+//   float part then runs "one output per lane": eight outputs (eight rows of one
+//   token, or eight tokens of one row) take one lane each, and every lane performs
+//   the scalar reference's float operations in its order (never fused). Which lane an
+//   output takes, and which other outputs share its vector, cannot change its bits.
+// - F32/F16/BF16: the reference keeps eight partial sums (element i in lane i % 8),
+//   which is one __m256 accumulator updated with a rounded multiply then a rounded
+//   add, and the same fixed final combination (hsum_fixed).
+//
+// Loops over lanes, groups and tile rows carry "#pragma GCC unroll": at -O2 GCC keeps
+// them as loops, and the per-lane vectors then go through the stack (half the speed).
+#pragma once
+
+#if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
+#error "avx2_util.h is for translation units compiled with -mavx2 -mfma -mf16c"
+#endif
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace skippy::kernels::avx2 {
+namespace {
+
+// x86 is little-endian, so the GGUF fields can be read with plain loads.
+inline uint16_t load_u16(const uint8_t * p) {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return v;
+}
+
+inline float load_f32(const uint8_t * p) {
+    float v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+inline __m256i loadu_256(const uint8_t * p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)); }
+inline __m128i loadu_128(const uint8_t * p) { return _mm_loadu_si128(reinterpret_cast<const __m128i *>(p)); }
+
+// Exact f16 -> f32 (F16C), for a scale field.
+inline float f16_at(const uint8_t * p) { return _cvtsh_ss(load_u16(p)); }
+
+// The f16 fields at p[0] .. p[7], converted.
+inline __m256 gather_f16(const uint8_t * const p[8]) {
+    const __m128i h = _mm_setr_epi16(static_cast<int16_t>(load_u16(p[0])), static_cast<int16_t>(load_u16(p[1])),
+                                     static_cast<int16_t>(load_u16(p[2])), static_cast<int16_t>(load_u16(p[3])),
+                                     static_cast<int16_t>(load_u16(p[4])), static_cast<int16_t>(load_u16(p[5])),
+                                     static_cast<int16_t>(load_u16(p[6])), static_cast<int16_t>(load_u16(p[7])));
+    return _mm256_cvtph_ps(h);
+}
+
+// The f32 fields at p[0] .. p[7].
+inline __m256 gather_f32(const uint8_t * const p[8]) {
+    return _mm256_setr_ps(load_f32(p[0]), load_f32(p[1]), load_f32(p[2]), load_f32(p[3]), load_f32(p[4]),
+                          load_f32(p[5]), load_f32(p[6]), load_f32(p[7]));
+}
+
+// [sum of v0's lanes, ..., sum of v7's lanes]. Integer adds are exact (callers keep
+// sums far from overflow), so the pairing order does not matter.
+inline __m256i reduce8(__m256i v0, __m256i v1, __m256i v2, __m256i v3, __m256i v4, __m256i v5, __m256i v6,
+                       __m256i v7) {
+    const __m256i a = _mm256_hadd_epi32(v0, v1);  // [v0 01, v0 23, v1 01, v1 23 | v0 45, v0 67, v1 45, v1 67]
+    const __m256i b = _mm256_hadd_epi32(v2, v3);
+    const __m256i c = _mm256_hadd_epi32(v4, v5);
+    const __m256i d = _mm256_hadd_epi32(v6, v7);
+    const __m256i ab = _mm256_hadd_epi32(a, b);  // [v0..v3 low halves | v0..v3 high halves]
+    const __m256i cd = _mm256_hadd_epi32(c, d);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
+}
+
+inline __m256i reduce8(const __m256i v[8]) { return reduce8(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]); }
+
+// Sum of the 8 int32 lanes (exact).
+inline int32_t hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+// ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)): the scalar reference's final
+// combination of its eight partial sums.
+inline float hsum_fixed(__m256 v) {
+    const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));  // l0+l4, l1+l5, l2+l6, l3+l7
+    const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));  // (l0+l4)+(l2+l6), (l1+l5)+(l3+l7)
+    return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+// Lanes [0, n) set (n <= 8), as a mask for blends and masked loads.
+inline __m256i lane_mask(int64_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// Nearest integer, ties to even, as rounding.h's round_nearest_even computes it (the
+// same bits for every input, NaN and infinities included): add 1.5 * 2^23 and read the
+// low mantissa bits.
+inline __m256i round_nearest_even(__m256 v) {
+    const __m256 shifted = _mm256_add_ps(v, _mm256_set1_ps(12582912.0f));
+    const __m256i bits = _mm256_and_si256(_mm256_castps_si256(shifted), _mm256_set1_epi32(0x007fffff));
+    return _mm256_sub_epi32(bits, _mm256_set1_epi32(0x00400000));
+}
+
+inline __m256i clamp_i32(__m256i v, int32_t lo, int32_t hi) {
+    return _mm256_min_epi32(_mm256_max_epi32(v, _mm256_set1_epi32(lo)), _mm256_set1_epi32(hi));
+}
+
+// 32 int32 values (already within int8 range) -> 32 bytes in order.
+inline __m256i pack_i32_to_i8(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i ab = _mm256_packs_epi32(a, b);      // [a0-3 b0-3 | a4-7 b4-7] (int16)
+    const __m256i cd = _mm256_packs_epi32(c, d);      // [c0-3 d0-3 | c4-7 d4-7]
+    const __m256i bytes = _mm256_packs_epi16(ab, cd);  // 4-byte groups: a0-3 b0-3 c0-3 d0-3 a4-7 b4-7 c4-7 d4-7
+    return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// Largest |x| over n floats (n % 8 == 0), skipping NaNs as the scalar "if (|x| > amax)"
+// does: max_ps returns its second operand when either is NaN.
+inline float abs_max(const float * x, int64_t n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 8) m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+// Eight outputs as a vector, one per lane, stored at y[lane * stride] (lanes < n).
+inline void scatter_lanes(__m256 v, float * y, int64_t stride, int64_t n) {
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, v);
+    for (int64_t i = 0; i < n; ++i) y[i * stride] = lanes[i];
+}
+
+inline __m256 gather_lanes(const float * y, int64_t stride) {
+    return _mm256_setr_ps(y[0], y[stride], y[2 * stride], y[3 * stride], y[4 * stride], y[5 * stride],
+                          y[6 * stride], y[7 * stride]);
+}
+
+// Prefetches n_bytes from p into L1, a cache line at a time (prefetches never fault, so
+// p may run past the end of a buffer).
+inline void prefetch_span(const uint8_t * p, size_t n_bytes) {
+    for (size_t i = 0; i < n_bytes; i += 64) _mm_prefetch(reinterpret_cast<const char *>(p + i), _MM_HINT_T0);
+}
+
+// Drives a quantized type's two micro-kernels over a tile of rows x tokens, as the
+// mul_tile contract asks (y[t * y_stride + r] = vec_dot(row r, token t)).
+//
+// K provides:
+//   block_elems, w_block_bytes, x_block_bytes, chunk_blocks
+//   struct token_group: per-block data of 8 tokens for blocks [b0, b1), filled by
+//     prepare(group, x[8], b0, b1) (e.g. their scales as a vector)
+//   __m256 tokens8(w_row, x[8], group, b0, b1, acc): continues acc (lane i = token i)
+//     over blocks [b0, b1) of one weight row
+//   __m256 rows8(w[8], x, nb, next): the outputs of eight weight rows and one token;
+//     while it works it prefetches the next eight rows, next[0, 8 * nb * w_block_bytes)
+//     (null: none), because eight short interleaved row streams are more than the
+//     hardware prefetcher follows well, and decode is bound by this memory traffic
+//
+// Full groups of 8 tokens use tokens8, so each weight block is unpacked once for eight
+// tokens; remaining tokens use rows8 (decode is one token). Blocks are taken in chunks
+// so that per-token-group data stays small; the partial sums between chunks are kept
+// in y itself (a float stored and reloaded is unchanged).
+template <typename K>
+void mul_tile_driver(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
+                     int64_t n_tokens, int64_t n, float * y, int64_t y_stride) {
+    const int64_t nb = n / K::block_elems;
+    int64_t t = 0;
+    for (; t + 8 <= n_tokens; t += 8) {
+        const uint8_t * x[8];
+        for (int i = 0; i < 8; ++i) x[i] = xq + static_cast<size_t>(t + i) * xq_row_bytes;
+        float * yt = y + t * y_stride;
+        for (int64_t b0 = 0; b0 < nb; b0 += K::chunk_blocks) {
+            const int64_t b1 = b0 + K::chunk_blocks < nb ? b0 + K::chunk_blocks : nb;
+            typename K::token_group group;
+            K::prepare(group, x, b0, b1);
+            for (int64_t r = 0; r < n_rows; ++r) {
+                const __m256 acc = b0 == 0 ? _mm256_setzero_ps() : gather_lanes(yt + r, y_stride);
+                scatter_lanes(K::tokens8(w + static_cast<size_t>(r) * w_row_bytes, x, group, b0, b1, acc), yt + r,
+                              y_stride, 8);
+            }
+        }
+    }
+    for (; t < n_tokens; ++t) {
+        const uint8_t * x = xq + static_cast<size_t>(t) * xq_row_bytes;
+        float * yt = y + t * y_stride;
+        for (int64_t r = 0; r < n_rows; r += 8) {
+            const uint8_t * rows[8];
+            // Missing rows of the last group repeat the last row; their lanes are dropped.
+            for (int64_t i = 0; i < 8; ++i) rows[i] = w + static_cast<size_t>(r + i < n_rows ? r + i : n_rows - 1) * w_row_bytes;
+            const uint8_t * next = r + 8 < n_rows ? w + static_cast<size_t>(r + 8) * w_row_bytes : nullptr;
+            const __m256 out = K::rows8(rows, x, nb, next);
+            if (r + 8 <= n_rows) {
+                _mm256_storeu_ps(yt + r, out);
+            } else {
+                scatter_lanes(out, yt + r, 1, n_rows - r);
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace skippy::kernels::avx2

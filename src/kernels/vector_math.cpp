@@ -1,0 +1,79 @@
+// Element-wise kernels of the forward pass (softmax weights, SwiGLU): the scalar
+// reference and the dispatch to AVX2.
+#include "kernels/kernels.h"
+
+#include "kernels/exp_approx.h"
+#include "kernels/quants_scalar.h"
+#include "kernels/type_kernels.h"
+
+#include "base/fp16.h"
+
+#include <cstring>
+
+#if SKIPPY_KERNELS_AVX2
+#include "kernels/quants_avx2.h"
+#endif
+
+namespace skippy::kernels {
+namespace scalar {
+
+// exp_approx.h's sequence, one operation per statement.
+float exp_approx(float x) {
+    if (x != x) return x;
+    if (x < k_exp_min) return 0.0f;
+    const float xc = x > k_exp_max ? k_exp_max : x;
+    const float fx = xc * k_log2e;
+    const float n = (fx + k_round_magic) - k_round_magic;
+    const float nh = n * k_ln2_hi;
+    float r = xc - nh;
+    const float nl = n * k_ln2_lo;
+    r = r - nl;
+    float p = k_p0 * r;
+    p = p + k_p1;
+    p = p * r;
+    p = p + k_p2;
+    p = p * r;
+    p = p + k_p3;
+    p = p * r;
+    p = p + k_p4;
+    p = p * r;
+    p = p + k_p5;
+    const float z = r * r;
+    float y = p * z;
+    y = y + r;
+    y = y + 1.0f;
+    const uint32_t scale_bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
+    return y * bits_to_float(scale_bits);
+}
+
+void exp_shifted(const float * x, float shift, float * y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = exp_approx(x[i] - shift);
+}
+
+void swiglu(const float * gate, const float * up, float * out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = gate[i];
+        const float e = exp_approx(-g);
+        const float d = 1.0f + e;
+        const float s = g / d;
+        out[i] = s * up[i];
+    }
+}
+
+}  // namespace scalar
+
+void exp_shifted(const float * x, float shift, float * y, int64_t n) {
+#if SKIPPY_KERNELS_AVX2
+    if (active_impl() == implementation::avx2) return avx2::exp_shifted(x, shift, y, n);
+#endif
+    scalar::exp_shifted(x, shift, y, n);
+}
+
+void swiglu(const float * gate, const float * up, float * out, int64_t n) {
+#if SKIPPY_KERNELS_AVX2
+    if (active_impl() == implementation::avx2) return avx2::swiglu(gate, up, out, n);
+#endif
+    scalar::swiglu(gate, up, out, n);
+}
+
+}  // namespace skippy::kernels

@@ -1,0 +1,278 @@
+// The AVX2 kernels against the scalar reference: activation encoders write the same
+// bytes, products give the same bits (the AVX2 kernels reproduce the reference's
+// operation order, see src/kernels/avx2_util.h), and a tile of any shape gives every
+// output bitwise equal to vec_dot (batch invariance between matrix-vector and
+// matrix-matrix products). Skipped on CPUs without AVX2, FMA and F16C.
+#include "kernel_test_util.h"
+
+#include "kernels/blocks.h"
+#include "kernels/quants_avx2.h"
+#include "kernels/quants_scalar.h"
+
+#include "base/byte_io.h"
+#include "base/fp16.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace skippy::kernels {
+namespace {
+
+using testing::random_row;
+
+const type_kernels & scalar_of(tensor_type t) { return *kernel_table(implementation::scalar, t); }
+const type_kernels & avx2_of(tensor_type t) { return *kernel_table(implementation::avx2, t); }
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
+
+#define SKIP_WITHOUT_AVX2()                                                        \
+    do {                                                                           \
+        if (!cpu_supports(implementation::avx2)) GTEST_SKIP() << "no AVX2/FMA/F16C"; \
+    } while (0)
+
+// Weights written by the (scalar) weight encoder.
+std::vector<uint8_t> weight_rows(tensor_type t, int64_t n_rows, int64_t n, uint64_t seed) {
+    std::vector<uint8_t> out;
+    std::vector<uint8_t> row(row_bytes(t, n));
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const auto v = random_row(n, seed * 7919 + r, 0.05f);
+        scalar_of(t).from_float(v.data(), row.data(), n);
+        out.insert(out.end(), row.begin(), row.end());
+    }
+    return out;
+}
+
+// Activation rows in the weight type's vec_dot_type, by the scalar activation encoder.
+std::vector<uint8_t> activation_rows(tensor_type t, int64_t n_tokens, int64_t n, uint64_t seed) {
+    const tensor_type at = scalar_of(t).vec_dot_type;
+    std::vector<uint8_t> out;
+    std::vector<uint8_t> row(row_bytes(at, n));
+    for (int64_t i = 0; i < n_tokens; ++i) {
+        const auto v = random_row(n, seed * 104729 + i);
+        scalar_of(at).from_float_activation(v.data(), row.data(), n);
+        out.insert(out.end(), row.begin(), row.end());
+    }
+    return out;
+}
+
+// Sizes with tails: for the plain types any n; for block types 1, 2, 3 and 7 blocks.
+std::vector<int64_t> odd_sizes(tensor_type t) {
+    const int64_t block = testing::block_elems_of(t);
+    if (block == 1) return {1, 3, 7, 8, 9, 15, 16, 17, 100, 257, 1000};
+    return {block, 2 * block, 3 * block, 7 * block};
+}
+
+class avx2_per_type : public ::testing::TestWithParam<tensor_type> {};
+
+TEST_P(avx2_per_type, VecDotEqualsTheScalarReferenceBitwise) {
+    SKIP_WITHOUT_AVX2();
+    const tensor_type t = GetParam();
+    for (int64_t n : odd_sizes(t)) {
+        for (uint64_t seed = 0; seed < 8; ++seed) {
+            const auto w = weight_rows(t, 1, n, 10 + seed);
+            const auto x = activation_rows(t, 1, n, 20 + seed);
+            const float reference = scalar_of(t).vec_dot(w.data(), x.data(), n);
+            const float fast = avx2_of(t).vec_dot(w.data(), x.data(), n);
+            ASSERT_TRUE(same_bits(reference, fast)) << "n " << n << " seed " << seed << ": " << reference << " vs " << fast;
+        }
+    }
+}
+
+// Every tile shape (row and token tails around the 8-lane and register-tile widths),
+// with strides larger than a row, gives each output exactly vec_dot's bits.
+TEST_P(avx2_per_type, MulTileOfAnyShapeEqualsVecDotBitwise) {
+    SKIP_WITHOUT_AVX2();
+    const tensor_type t = GetParam();
+    const type_kernels & k = avx2_of(t);
+    ASSERT_NE(k.mul_tile, nullptr);
+    const int64_t n = testing::block_elems_of(t) == 1 ? 45 : 3 * testing::block_elems_of(t);
+    const int64_t max_rows = 19, max_tokens = 18;
+    const auto w = weight_rows(t, max_rows, n, 3);
+    const auto x = activation_rows(t, max_tokens, n, 4);
+    const size_t w_row = row_bytes(t, n), x_row = row_bytes(k.vec_dot_type, n);
+    for (int64_t n_rows : {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 19}) {
+        for (int64_t n_tokens : {1, 2, 3, 7, 8, 9, 16, 17, 18}) {
+            const int64_t y_stride = n_rows + 3;
+            std::vector<float> y(static_cast<size_t>(n_tokens * y_stride), -1.0f);
+            k.mul_tile(w.data(), w_row, n_rows, x.data(), x_row, n_tokens, n, y.data(), y_stride);
+            for (int64_t tok = 0; tok < n_tokens; ++tok) {
+                for (int64_t r = 0; r < n_rows; ++r) {
+                    const float expected = k.vec_dot(w.data() + r * w_row, x.data() + tok * x_row, n);
+                    ASSERT_TRUE(same_bits(y[tok * y_stride + r], expected))
+                        << n_rows << "x" << n_tokens << " tile, row " << r << " token " << tok;
+                }
+                for (int64_t r = n_rows; r < y_stride; ++r) ASSERT_EQ(y[tok * y_stride + r], -1.0f) << "wrote outside the tile";
+            }
+        }
+    }
+}
+
+// Rows long enough that the tile processes them in several chunks of blocks.
+TEST_P(avx2_per_type, MulTileOfLongRowsEqualsVecDotBitwise) {
+    SKIP_WITHOUT_AVX2();
+    const tensor_type t = GetParam();
+    const type_kernels & k = avx2_of(t);
+    const int64_t block = testing::block_elems_of(t);
+    const int64_t n = block == 1 ? 4099 : (block == 32 ? 300 * 32 : 70 * 256);
+    const int64_t n_rows = 3, n_tokens = 9;
+    const auto w = weight_rows(t, n_rows, n, 5);
+    const auto x = activation_rows(t, n_tokens, n, 6);
+    const size_t w_row = row_bytes(t, n), x_row = row_bytes(k.vec_dot_type, n);
+    std::vector<float> y(static_cast<size_t>(n_tokens * n_rows));
+    k.mul_tile(w.data(), w_row, n_rows, x.data(), x_row, n_tokens, n, y.data(), n_rows);
+    for (int64_t tok = 0; tok < n_tokens; ++tok) {
+        for (int64_t r = 0; r < n_rows; ++r) {
+            const float fast = k.vec_dot(w.data() + r * w_row, x.data() + tok * x_row, n);
+            const float reference = scalar_of(t).vec_dot(w.data() + r * w_row, x.data() + tok * x_row, n);
+            ASSERT_TRUE(same_bits(y[tok * n_rows + r], fast)) << "row " << r << " token " << tok;
+            ASSERT_TRUE(same_bits(fast, reference)) << "row " << r << " token " << tok;
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(kernels, avx2_per_type, ::testing::ValuesIn(testing::weight_types()),
+                         [](const auto & p) { return testing::type_param_name(p.param); });
+
+// Rows that exercise the encoders' corner cases: ties after scaling, equal magnitudes
+// of both signs, zeros of both signs, NaN and infinities, an all-zero block.
+std::vector<std::vector<float>> special_rows(int64_t n) {
+    std::vector<std::vector<float>> rows;
+    for (uint64_t seed = 0; seed < 6; ++seed) rows.push_back(random_row(n, 500 + seed));
+    auto ties = random_row(n, 600);
+    for (int64_t i = 0; i + 6 <= n; i += 32) {
+        ties[i] = -127.0f;  // scale 1: x * id lands on the ties below
+        ties[i + 1] = 2.5f;
+        ties[i + 2] = -3.5f;
+        ties[i + 3] = 0.5f;
+        ties[i + 4] = 127.0f;  // same magnitude, other sign, later: must not win
+        ties[i + 5] = -0.0f;
+    }
+    rows.push_back(ties);
+    auto first_positive = random_row(n, 601);
+    for (int64_t i = 0; i + 4 <= n; i += 16) {
+        first_positive[i] = 9.0f;
+        first_positive[i + 3] = -9.0f;
+    }
+    rows.push_back(first_positive);
+    auto nan_inf = random_row(n, 602);
+    nan_inf[static_cast<size_t>(n / 2)] = std::numeric_limits<float>::quiet_NaN();
+    if (n > 300) nan_inf[300] = std::numeric_limits<float>::infinity();
+    if (n > 40) nan_inf[40] = -std::numeric_limits<float>::infinity();
+    rows.push_back(nan_inf);
+    std::vector<float> zeros(static_cast<size_t>(n), 0.0f);
+    for (int64_t i = 0; i < n; i += 3) zeros[static_cast<size_t>(i)] = -0.0f;
+    rows.push_back(zeros);
+    auto tiny = random_row(n, 603, 1e-30f);
+    rows.push_back(tiny);
+    auto huge = random_row(n, 604, 1e30f);
+    rows.push_back(huge);
+    return rows;
+}
+
+TEST(kernels_avx2, ActivationEncodersWriteTheScalarBytes) {
+    SKIP_WITHOUT_AVX2();
+    for (tensor_type at : {tensor_type::f16, tensor_type::bf16, tensor_type::q8_0, tensor_type::q8_k}) {
+        const int64_t block = testing::block_elems_of(at);
+        for (int64_t n : block == 1 ? std::vector<int64_t>{1, 7, 15, 16, 17, 33, 512} : std::vector<int64_t>{block, 4 * block}) {
+            for (const auto & x : special_rows(n)) {
+                std::vector<uint8_t> reference(row_bytes(at, n)), fast(row_bytes(at, n), 0xee);
+                scalar_of(at).from_float_activation(x.data(), reference.data(), n);
+                avx2_of(at).from_float_activation(x.data(), fast.data(), n);
+                ASSERT_EQ(reference, fast) << tensor_type_name(at) << " n " << n;
+            }
+        }
+    }
+}
+
+TEST(kernels_avx2, DotRowsAndAddScaledRowsEqualTheScalarReference) {
+    SKIP_WITHOUT_AVX2();
+    for (tensor_type t : {tensor_type::f32, tensor_type::f16}) {
+        for (int64_t n : {1, 7, 31, 32, 33, 64, 67, 128}) {
+            const auto xs = random_row(n, 700);
+            const auto ys = random_row(n, 701);
+            std::vector<uint8_t> xb(row_bytes(t, n)), yb(row_bytes(t, n));
+            scalar_of(t).from_float(xs.data(), xb.data(), n);
+            scalar_of(t).from_float(ys.data(), yb.data(), n);
+            EXPECT_TRUE(same_bits(scalar_of(t).vec_dot(xb.data(), yb.data(), n), avx2_of(t).vec_dot(xb.data(), yb.data(), n)));
+            // Rows: x, y, x again, with a stride larger than a row.
+            const size_t rb = row_bytes(t, n), stride = rb + 6;
+            std::vector<uint8_t> rows(3 * stride, 0x55);
+            std::memcpy(rows.data(), xb.data(), rb);
+            std::memcpy(rows.data() + stride, yb.data(), rb);
+            std::memcpy(rows.data() + 2 * stride, xb.data(), rb);
+            const float a[3] = {0.75f, -1e-3f, 3.0f};
+            std::vector<float> acc_reference = random_row(n, 702), acc_fast = acc_reference;
+            for (int64_t n_rows : {1, 3}) {
+                scalar_of(t).add_scaled(a, rows.data(), stride, n_rows, acc_reference.data(), n);
+                avx2_of(t).add_scaled(a, rows.data(), stride, n_rows, acc_fast.data(), n);
+            }
+            EXPECT_EQ(std::memcmp(acc_reference.data(), acc_fast.data(), acc_fast.size() * sizeof(float)), 0)
+                << tensor_type_name(t) << " n " << n;
+        }
+    }
+}
+
+// Inputs for the exp kernels: a sweep of the range, both ends, the values where the
+// polynomial switches exponent, and the special values.
+std::vector<float> exp_inputs() {
+    std::vector<float> x;
+    for (float v = -100.0f; v < 100.0f; v += 0.0371f) x.push_back(v);
+    for (int k = -127; k <= 128; ++k) {
+        const float v = static_cast<float>(k) * 0.69314718f;
+        x.insert(x.end(), {v, std::nextafter(v, -1e9f), std::nextafter(v, 1e9f)});
+    }
+    x.insert(x.end(), {0.0f, -0.0f, 1e-30f, -1e-30f, -87.33654f, -87.3366f, 88.3f, 88.31f, 1e30f, -1e30f,
+                       std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                       std::numeric_limits<float>::quiet_NaN()});
+    return x;
+}
+
+TEST(kernels_avx2, ExpAndSwigluEqualTheScalarReference) {
+    SKIP_WITHOUT_AVX2();
+    const auto x = exp_inputs();
+    const auto up = random_row(static_cast<int64_t>(x.size()), 800);
+    for (size_t n : {x.size(), size_t(1), size_t(7), size_t(13)}) {
+        for (float shift : {0.0f, 3.5f, -2.0f}) {
+            std::vector<float> reference(n), fast(n);
+            scalar::exp_shifted(x.data(), shift, reference.data(), static_cast<int64_t>(n));
+            avx2::exp_shifted(x.data(), shift, fast.data(), static_cast<int64_t>(n));
+            ASSERT_EQ(std::memcmp(reference.data(), fast.data(), n * sizeof(float)), 0) << "exp, n " << n;
+        }
+        std::vector<float> reference(n), fast(n);
+        scalar::swiglu(x.data(), up.data(), reference.data(), static_cast<int64_t>(n));
+        avx2::swiglu(x.data(), up.data(), fast.data(), static_cast<int64_t>(n));
+        ASSERT_EQ(std::memcmp(reference.data(), fast.data(), n * sizeof(float)), 0) << "swiglu, n " << n;
+    }
+}
+
+TEST(kernels_exp, ApproximationIsWithinAFewUlpOfExp) {
+    for (float v : exp_inputs()) {
+        const float got = scalar::exp_approx(v);
+        if (std::isnan(v)) {
+            EXPECT_TRUE(std::isnan(got));
+        } else if (v < -87.33654f) {
+            EXPECT_EQ(got, 0.0f) << v;
+        } else {
+            const double exact = std::exp(static_cast<double>(std::min(v, 88.3f)));
+            EXPECT_NEAR(got / exact, 1.0, 4e-7) << v;
+        }
+    }
+}
+
+TEST(kernels_avx2, ScalarTableHasNoTilesAndAvx2TableAcceleratesEveryWeightType) {
+    for (tensor_type t : testing::weight_types()) {
+        EXPECT_EQ(scalar_of(t).mul_tile, nullptr) << tensor_type_name(t);
+        if (cpu_supports(implementation::avx2)) {
+            EXPECT_NE(avx2_of(t).mul_tile, nullptr) << tensor_type_name(t);
+            EXPECT_NE(avx2_of(t).vec_dot, scalar_of(t).vec_dot) << tensor_type_name(t);
+        }
+    }
+}
+
+}  // namespace
+}  // namespace skippy::kernels

@@ -41,7 +41,7 @@ result<std::unique_ptr<stage>> stage::load(std::shared_ptr<const gguf::file> fil
     SKIPPY_ASSIGN_OR_RETURN(s->slice_, model_slice::bind(file, range));
     s->ctx_size_ = options.ctx_size > 0 ? options.ctx_size : std::min(hp.n_ctx_train, 4096);
     const int32_t n_threads = options.n_threads > 0 ? options.n_threads : physical_core_count();
-    s->pool_ = std::make_unique<kernels::thread_pool>(n_threads);
+    s->pool_ = options.shared_pool ? options.shared_pool : std::make_shared<kernels::thread_pool>(n_threads);
 
     const int64_t blocks_per_lane = (s->ctx_size_ + options.kv_block_tokens - 1) / options.kv_block_tokens;
     const int64_t n_blocks = blocks_per_lane * options.n_lanes + options.kv_extra_blocks;

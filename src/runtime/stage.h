@@ -29,6 +29,10 @@ struct stage_options {
     kv_dtype    kv_type = kv_dtype::f16;
     int32_t     kv_block_tokens = 16;
     int64_t     kv_extra_blocks = 0; // pool blocks beyond n_lanes * ceil(ctx_size / block) (cache use)
+    // Threads to run on instead of a pool of n_threads of the stage's own. Stages in one
+    // process share one: they mostly take turns, and two pools would have the idle one's
+    // spinning workers steal cores from the busy one.
+    std::shared_ptr<kernels::thread_pool> shared_pool;
 };
 
 // Number of physical cores (threads sharing a core counted once); at least 1.
@@ -83,7 +87,7 @@ private:
 
     std::shared_ptr<const gguf::file>     file_;
     std::unique_ptr<model_slice>          slice_;
-    std::unique_ptr<kernels::thread_pool> pool_;
+    std::shared_ptr<kernels::thread_pool> pool_;
     std::unique_ptr<kv_pool>              kv_pool_;
     std::vector<lane_state>               lanes_;
     forward_workspace                     head_ws_;

@@ -503,14 +503,16 @@ result<std::unique_ptr<chain_pipeline>> make_embedded_chain(std::shared_ptr<cons
     } else {
         listeners.emplace_back();
     }
+    stage_options shared = options;
+    if (!shared.shared_pool) shared.shared_pool = std::make_shared<kernels::thread_pool>(options.n_threads > 0 ? options.n_threads : physical_core_count());
     std::vector<std::unique_ptr<stage_server>> servers;
     for (int32_t i = 1; i < n_stages; ++i) {
-        SKIPPY_ASSIGN_OR_RETURN(loaded_stage ls, load_stage(file, i, topo.stages[static_cast<size_t>(i)].layers, options, chain));
+        SKIPPY_ASSIGN_OR_RETURN(loaded_stage ls, load_stage(file, i, topo.stages[static_cast<size_t>(i)].layers, shared, chain));
         servers.push_back(std::make_unique<stage_server>(std::move(ls.st), std::move(ls.cache), i, topo,
                                                          std::move(listeners[static_cast<size_t>(i)]), chain));
         servers.back()->start();
     }
-    SKIPPY_ASSIGN_OR_RETURN(loaded_stage s0, load_stage(file, 0, topo.stages[0].layers, options, chain));
+    SKIPPY_ASSIGN_OR_RETURN(loaded_stage s0, load_stage(file, 0, topo.stages[0].layers, shared, chain));
     auto pipeline = std::make_unique<chain_pipeline>(std::move(s0.st), std::move(s0.cache), topo, std::move(listeners[0]), chain);
     pipeline->own_servers(std::move(servers));
     return pipeline;

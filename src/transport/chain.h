@@ -96,8 +96,9 @@ stage_options stage_options_for(const stage_options & base, layer_range layers, 
 
 // `generate --stages N` and `serve --stages N`: N stages in this process, connected
 // over loopback TCP with the real protocol (no function-call shortcut). Layers are
-// split evenly; every stage gets `options`, threads included: stages mostly take turns
-// (decode visits them one after another), and an idle stage's workers sleep.
+// split evenly; every stage gets `options`, and they all run on one shared pool of
+// options.n_threads threads: stages mostly take turns (decode visits them one after
+// another), and separate pools would fight for the cores.
 result<std::unique_ptr<chain_pipeline>> make_embedded_chain(std::shared_ptr<const gguf::file> file, int32_t n_stages,
                                                             const stage_options & options, const chain_options & chain);
 

@@ -1,8 +1,19 @@
 #include "cache/record_worker.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 namespace skippy::cache {
 
-record_worker::record_worker() : thread_([this] { run(); }) {}
+record_worker::record_worker()
+    : thread_([this] {
+          // Records are background work: they run only on cores no request needs
+          // (SCHED_IDLE), so hashing and copying pages never delays a token. Under
+          // constant load a record waits, and the next ones are skipped as busy.
+          sched_param param {};
+          (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &param);
+          run();
+      }) {}
 
 record_worker::~record_worker() {
     std::function<void()> dropped;

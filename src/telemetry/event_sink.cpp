@@ -31,7 +31,11 @@ int64_t now_unix_us() {
 
 std::string format_event_json(const event & e, int64_t ts_us) {
     nlohmann::ordered_json attrs = nlohmann::ordered_json::object();
-    for (const auto & [key, value] : e.attrs) {
+    for (const auto & attr : e.attrs) {
+        // Named references, not a structured binding: clang before 16 refuses to
+        // capture a structured binding in a lambda.
+        const std::string & key = attr.first;
+        const attr_value & value = attr.second;
         std::visit(
             [&](const auto & v) {
                 using T = std::decay_t<decltype(v)>;

@@ -2,8 +2,9 @@
 # Builds the protocol fuzzer (clang, libFuzzer + ASan + UBSan) in build-fuzz and runs it
 # on one job for a bounded time. Usage: scripts/fuzz.sh [seconds]   (default 60)
 #
-# New inputs go to build-fuzz/corpus/protocol (kept between runs); the committed seeds
-# in fuzz/corpus/protocol are read only. A crash leaves build-fuzz/crash-* behind:
+# The corpus lives in build-fuzz/corpus/protocol (kept between runs); every run first
+# writes one valid message of every kind into it (protocol_fuzz_seeds), so the seeds
+# always match the current format. A crash leaves build-fuzz/crash-* behind:
 # add it as a regression test in tests/protocol before fixing it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,4 +22,4 @@ corpus="$build_dir/corpus/protocol"
 mkdir -p "$corpus"
 "$build_dir/fuzz/protocol_fuzz_seeds" "$corpus"  # seeds that match the current format
 "$build_dir/fuzz/protocol_fuzzer" -max_total_time="$seconds" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
-  -print_final_stats=1 -artifact_prefix="$build_dir/" "$corpus" fuzz/corpus/protocol
+  -print_final_stats=1 -artifact_prefix="$build_dir/" "$corpus"

@@ -7,6 +7,7 @@
 #include "transport/stage_server.h"
 
 #include <csignal>
+#include <filesystem>
 #include <cstdio>
 
 namespace skippy::cli {
@@ -71,7 +72,12 @@ int run_split_plan(const split_plan_options & o) {
     if (!file.is_ok()) return fail(file.error());
     auto hp = model_hparams::from_gguf(**file);
     if (!hp.is_ok()) return fail(hp.error());
-    auto topo = transport::even_split(o.model_path, hp->n_layer, o.stages, o.host, static_cast<uint16_t>(o.base_port));
+    // The plan goes to stdout and may be saved anywhere, while a relative `model` is
+    // resolved against the topology file's folder: only an absolute path survives.
+    std::error_code ec;
+    const std::string model_path = std::filesystem::absolute(o.model_path, ec).lexically_normal().string();
+    if (ec) return fail(make_error(error_code::invalid_argument, "cannot resolve " + o.model_path + ": " + ec.message()));
+    auto topo = transport::even_split(model_path, hp->n_layer, o.stages, o.host, static_cast<uint16_t>(o.base_port));
     if (!topo.is_ok()) return fail(topo.error());
     std::printf("%s\n", topo->to_json().c_str());
     return 0;

@@ -90,6 +90,7 @@ result<generation_result> run_generation(pipeline_i & pipeline, int32_t lane, co
     out.prompt_tokens = n_prompt;
     SKIPPY_TRY(pipeline.begin(lane, request.sampling, request.prompt, request.cache_key));
     lane_guard guard{pipeline, lane};
+    if (request.max_tokens == 0) SKIPPY_TRY(pipeline.settle_restore(lane));
 
     // The last prompt token runs through decode, which samples the first new token.
     // Positions a prefix cache restored in begin() are not computed again.

@@ -49,6 +49,11 @@ public:
     // After begin() prefill starts there; after the first decode it is final (a restore
     // that rode on that decode and missed was computed instead, and reads 0).
     virtual int64_t cached_tokens(int32_t lane) const { (void)lane; return 0; }
+
+    // For a request that will not decode (max_tokens 0): carries out now a restore
+    // begin() left for the first decode, so cached_tokens counts only what was
+    // restored. Afterwards prefill starts at cached_tokens().
+    virtual status settle_restore(int32_t lane) { (void)lane; return status::ok(); }
 };
 
 // A whole model in this process: one stage holding every layer.

@@ -276,11 +276,20 @@ status chain_pipeline::restore_chain(int32_t lane) {
         ls.restore_on_decode = true;
         return status::ok();
     }
+    return restore_prefix(lane, chain);
+}
+
+// Restores the first `chain` prompt tokens on every stage (TryRestorePrefill down the
+// chain, then here), or leaves every stage as it was.
+status chain_pipeline::restore_prefix(int32_t lane, int64_t chain) {
+    lane_state & ls = *lanes_[static_cast<size_t>(lane)];
+    const std::span<const token_id> query = std::span<const token_id>(ls.prompt).first(static_cast<size_t>(chain));
+    protocol::reply reply;
     protocol::request restore = make_request(ls, message_kind::try_restore_prefill, 0);
-    restore.tokens.assign(query.begin(), query.begin() + chain);
+    restore.tokens.assign(query.begin(), query.end());
     SKIPPY_TRY(roundtrip(lane, std::move(restore), reply));
     if (reply.outcome != protocol::ack_outcome::hit) return status::ok();  // everyone below rolled back
-    const auto r = ls.cache.restore(query.first(static_cast<size_t>(chain)), chain, cache::lookup_kind::try_restore, false);
+    const auto r = ls.cache.restore(query, chain, cache::lookup_kind::try_restore, false);
     add_cache_counters(ls.stats, r.counters);
     if (r.outcome == cache::lookup_outcome::hit && r.restored_tokens == chain) {
         ls.restored = chain;
@@ -289,6 +298,16 @@ status chain_pipeline::restore_chain(int32_t lane) {
     // Our own entry went away between probe and restore: undo the stages below.
     protocol::request trim = make_request(ls, message_kind::trim_session, 0);
     return roundtrip(lane, std::move(trim), reply);
+}
+
+status chain_pipeline::settle_restore(int32_t lane) {
+    lane_state & ls = *lanes_[static_cast<size_t>(lane)];
+    if (!ls.restore_on_decode) return status::ok();
+    ls.restore_on_decode = false;
+    const int64_t chain = ls.restored;
+    ls.restored = 0;
+    const status st = restore_prefix(lane, chain);
+    return st.is_ok() ? st : fail_lane(lane, st);
 }
 
 status chain_pipeline::prefill(int32_t lane, int64_t pos_start, std::span<const token_id> tokens) {

@@ -47,6 +47,7 @@ public:
     result<token_id> decode(int32_t lane, int64_t pos, token_id token) override;
     void end(int32_t lane) override;
     int64_t cached_tokens(int32_t lane) const override;
+    status settle_restore(int32_t lane) override;
 
     // Stats merged along the chain for the lane's current (or last) request: cache hits
     // and records with their stage masks, compute maxima.
@@ -74,6 +75,7 @@ private:
     protocol::request make_request(lane_state & ls, protocol::message_kind kind, int64_t pos_start) const;
     status send_streamed(int32_t lane, protocol::request req);
     status restore_chain(int32_t lane);
+    status restore_prefix(int32_t lane, int64_t n_tokens);
     result<token_id> decode_with_restore(int32_t lane, int64_t pos, token_id token);
     result<token_id> wait_for_token(int32_t lane, uint64_t request_id);
     result<token_id> sample_local(int32_t lane, int64_t pos);

@@ -116,6 +116,33 @@ TEST(cache_corruption, FlippedExactStateByteIsQuarantinedAndTheAnswerStaysCorrec
     EXPECT_EQ(again.cached, 79);
 }
 
+// A full-prompt hit normally rides on the first decode; a request for no tokens has no
+// decode, so the restore happens at once and cached_tokens counts what was restored.
+TEST(cache_zero_tokens, AFullHitWithoutDecodeIsRestoredAndCounted) {
+    auto file = model("llama", "Q8_0");
+    for (int32_t n_stages : {1, 2, 3}) {
+        cache_run_options on;
+        on.n_stages = n_stages;
+        auto p = cached_chain(file, on);
+        ASSERT_NE(p, nullptr);
+        const auto prompt = tokens_of(40, 4);
+        generation_request req;
+        req.prompt = prompt;
+        req.max_tokens = 0;
+        req.sampling.temperature = 0;
+        auto first = run_generation(*p, 0, req);
+        ASSERT_TRUE(first.is_ok()) << first.error().to_string();
+        EXPECT_EQ(first->cached_tokens, 0);
+        wait_for_records(*p);
+        auto second = run_generation(*p, 0, req);
+        ASSERT_TRUE(second.is_ok()) << second.error().to_string();
+        EXPECT_EQ(second->cached_tokens, 39) << n_stages << " stages";
+        EXPECT_TRUE(second->tokens.empty());
+        const uint64_t all_stages = (uint64_t(1) << n_stages) - 1;
+        EXPECT_EQ(p->last_stats(0).kv_hit_stage_mask, all_stages) << n_stages << " stages";
+    }
+}
+
 TEST(cache_isolation, ClientKeysNeverShareEntries) {
     auto file = model("llama", "Q8_0");
     cache_run_options on;

@@ -9,12 +9,27 @@ namespace skippy::cache {
 
 blob_store::blob_store(size_t block_bytes) : block_bytes_(block_bytes) { assert(block_bytes > 0); }
 
+std::vector<digest256> blob_store::block_digests(std::span<const uint8_t> data, size_t block_bytes) {
+    assert(block_bytes > 0);
+    std::vector<digest256> out;
+    out.reserve((data.size() + block_bytes - 1) / block_bytes);
+    for (size_t off = 0; off < data.size(); off += block_bytes) {
+        out.push_back(sha256(data.subspan(off, std::min(block_bytes, data.size() - off))));
+    }
+    return out;
+}
+
 std::vector<blob_id> blob_store::put(std::span<const uint8_t> data) {
+    return put(data, block_digests(data, block_bytes_));
+}
+
+std::vector<blob_id> blob_store::put(std::span<const uint8_t> data, std::span<const digest256> digests) {
+    assert(digests.size() == (data.size() + block_bytes_ - 1) / block_bytes_);
     std::vector<blob_id> ids;
-    ids.reserve((data.size() + block_bytes_ - 1) / block_bytes_);
-    for (size_t off = 0; off < data.size(); off += block_bytes_) {
+    ids.reserve(digests.size());
+    for (size_t off = 0, i = 0; off < data.size(); off += block_bytes_, ++i) {
         std::span<const uint8_t> chunk = data.subspan(off, std::min(block_bytes_, data.size() - off));
-        const digest256 d = sha256(chunk);
+        const digest256 & d = digests[i];
         auto it = by_digest_.find(d);
         blob_id id;
         if (it != by_digest_.end()) {

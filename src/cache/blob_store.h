@@ -49,6 +49,13 @@ public:
     // Stores data as ceil(size / block_bytes) blocks and takes one reference on each;
     // the ids, in order, concatenate back to data. Empty data gives no blocks.
     std::vector<blob_id> put(std::span<const uint8_t> data);
+    // The same with the blocks' hashes already computed (by block_digests, with this
+    // store's block_bytes), so a caller can hash outside the lock that serializes it.
+    // REQUIRES: digests == block_digests(data, block_bytes()).
+    std::vector<blob_id> put(std::span<const uint8_t> data, std::span<const digest256> digests);
+
+    // The SHA-256 of each block put(data) would store. Pure; safe on any thread.
+    static std::vector<digest256> block_digests(std::span<const uint8_t> data, size_t block_bytes);
 
     // Bytes put(data) would add to physical_bytes right now (blocks not yet stored).
     int64_t new_bytes_for(std::span<const uint8_t> data) const;

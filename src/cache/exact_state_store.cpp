@@ -41,7 +41,8 @@ result<exact_insert_result> exact_state_store::insert(const digest256 & ns, std:
     std::vector<stored_page> stored;
     std::vector<blob_id> all;
     for (page_bytes & p : pages) {
-        stored_page sp{p.token_start, p.token_count, std::move(p.page_id), blobs_.put(p.bytes)};
+        stored_page sp{p.token_start, p.token_count, std::move(p.page_id),
+                       p.block_digests.empty() ? blobs_.put(p.bytes) : blobs_.put(p.bytes, p.block_digests)};
         all.insert(all.end(), sp.blobs.begin(), sp.blobs.end());
         stored.push_back(std::move(sp));
     }

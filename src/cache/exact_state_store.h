@@ -44,6 +44,9 @@ struct page_bytes {
     int64_t              token_count = 0;
     std::string          page_id;
     std::vector<uint8_t> bytes;
+    // SHA-256 of each block of bytes (blob_store::block_digests with the store's
+    // block_bytes), or empty: insert then hashes them itself, under the caller's lock.
+    std::vector<digest256> block_digests;
 };
 
 struct exact_insert_result {

@@ -489,6 +489,11 @@ void stage_cache::run_record_job(const cache_namespace & ns, const std::vector<t
     // Export without the lock: the snapshot's references keep the blocks unchanged
     // (a session writing on copies a shared block first).
     auto pages = export_pages(ns, tokens, blocks);
+    // Content addresses too: hashing megabytes under the lock would stall every
+    // forward waiting in make_room_for_write behind this background job.
+    if (pages.is_ok()) {
+        for (page_bytes & p : *pages) p.block_digests = blob_store::block_digests(p.bytes, exact_.config().block_bytes);
+    }
     std::lock_guard<std::mutex> lock(mutex_);
     if (!pages.is_ok()) {
         ++n_records_failed_;

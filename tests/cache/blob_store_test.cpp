@@ -87,6 +87,25 @@ TEST(blob_store, RetainKeepsABlockAlive) {
     EXPECT_EQ(store.read(ids).error().code(), error_code::not_found);
 }
 
+// Hashing outside the caller's lock: a put with precomputed digests stores and
+// dedupes exactly as a plain put does.
+TEST(blob_store, PutWithPrecomputedDigestsEqualsPlainPut) {
+    blob_store store(4);
+    const auto data = bytes("abcdefghij");
+    const auto digests = blob_store::block_digests(data, store.block_bytes());
+    ASSERT_EQ(digests.size(), 3u);
+    EXPECT_EQ(digests[0], sha256(bytes("abcd")));
+    EXPECT_EQ(digests[2], sha256(bytes("ij")));
+    auto a = store.put(data, digests);
+    auto b = store.put(data);
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(store.stats().n_blocks, 3);
+    EXPECT_EQ(store.stats().n_dedupe_hits, 3);
+    EXPECT_EQ(*store.read(a), data);
+    EXPECT_TRUE(blob_store::block_digests({}, 4).empty());
+    EXPECT_INVARIANTS(store);
+}
+
 TEST(blob_store, CorruptedBlockFailsItsHashAndIsUnlinkedFromDedupe) {
     blob_store store(4);
     auto ids = store.put(bytes("abcdefgh"));

@@ -408,8 +408,9 @@ std::optional<api_error> parse_request(std::string_view body, endpoint kind, con
     std::optional<std::string> cache_key;
     if (auto e = read_string(j, "prompt_cache_key", cache_key)) return e;
     if (cache_key && cache_key->size() > limits.max_cache_key_bytes) {
-        return bad("'prompt_cache_key' is limited to " + std::to_string(limits.max_cache_key_bytes) + " bytes",
-                   "prompt_cache_key");
+        return bad("'prompt_cache_key' is limited to " + std::to_string(limits.max_cache_key_bytes) + " bytes (it has " +
+                       std::to_string(cache_key->size()) + ")",
+                   "prompt_cache_key", "string_above_max_length");
     }
     out.cache_key = cache_key.value_or("");
 

@@ -6,6 +6,7 @@
 // limits are in docs/http-api.md.
 #pragma once
 
+#include "protocol/protocol.h"
 #include "runtime/sampler.h"
 #include "tokenizer/chat_template.h"
 
@@ -41,7 +42,9 @@ struct request_limits {
     int32_t n_vocab = 0;        // token ids (prompt arrays, logit_bias) must be below it
     size_t  max_stop_strings = 16;
     size_t  max_stop_bytes = 256;          // per stop string
-    size_t  max_cache_key_bytes = 1024;    // prompt_cache_key
+    // prompt_cache_key: the wire protocol's bound, so that a key the front end accepts
+    // reaches every stage of a chain (one limit on every topology).
+    size_t  max_cache_key_bytes = protocol::protocol_limits{}.max_cache_key_bytes;
 };
 
 // A validated generation request.

@@ -248,9 +248,20 @@ TEST(ParseRequest, CompletionPromptIsATextOrTokenIds) {
     EXPECT_EQ(completion_error(R"({"prompt":[[1],[2]]})").param, "prompt");
 }
 
-TEST(ParseRequest, CacheKeyIsBounded) {
-    const std::string key(1025, 'k');
-    EXPECT_EQ(chat_error("{" + k_msgs + R"(,"prompt_cache_key":")" + key + "\"}").param, "prompt_cache_key");
+TEST(ParseRequest, CacheKeyIsBoundedByTheWireProtocolLimit) {
+    // One limit on every topology: the front end refuses what a chain could not carry.
+    const request_limits l = limits();
+    ASSERT_EQ(l.max_cache_key_bytes, protocol::protocol_limits{}.max_cache_key_bytes);
+    const std::string at_limit(l.max_cache_key_bytes, 'k');
+    completion_request r;
+    EXPECT_FALSE(parse_request("{" + k_msgs + R"(,"prompt_cache_key":")" + at_limit + "\"}", endpoint::chat_completions,
+                               l, r).has_value());
+    EXPECT_EQ(r.cache_key, at_limit);
+    const api_error e = chat_error("{" + k_msgs + R"(,"prompt_cache_key":")" + at_limit + "k\"}");
+    EXPECT_EQ(e.http_status, 400);
+    EXPECT_EQ(e.param, "prompt_cache_key");
+    EXPECT_EQ(e.code, "string_above_max_length");
+    EXPECT_EQ(e.type, "invalid_request_error");
 }
 
 TEST(ResponseIds, CarryTheEndpointPrefixAndAreUnique) {

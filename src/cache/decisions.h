@@ -12,6 +12,9 @@ namespace skippy::cache {
 // Event names.
 inline constexpr std::string_view lookup_event_name = "stage.binary_kv_lookup_decision";
 inline constexpr std::string_view record_event_name = "stage.binary_kv_record_decision";
+// Debug level (--telemetry-level debug) only:
+inline constexpr std::string_view eviction_event_name = "stage.kv_cache_eviction";       // admission evicted entries
+inline constexpr std::string_view exact_store_event_name = "stage.kv_exact_record_done";  // a background record ended
 
 // --kv-cache off|record|lookup-record.
 enum class cache_mode : uint8_t {

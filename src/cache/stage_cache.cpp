@@ -319,18 +319,39 @@ activation_restore_result stage_cache::restore_with_activation(const activation_
 
 admission_result stage_cache::make_room_for_write(int32_t session, int64_t pos_start, int64_t n_tokens) {
     admission_result out;
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto needed = backend_.blocks_needed(session, pos_start, n_tokens);
-    if (!needed.is_ok()) {
-        out.error = needed.error().code();
-        out.n_free_blocks = backend_.n_free_blocks();
-        return out;
+    int64_t n_demoted = 0;
+    int32_t stage_index = 0;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto needed = backend_.blocks_needed(session, pos_start, n_tokens);
+        if (!needed.is_ok()) {
+            out.error = needed.error().code();
+            out.n_free_blocks = backend_.n_free_blocks();
+            return out;
+        }
+        out.needed_blocks = *needed;
+        const int64_t demotions_before = n_demotions_;
+        make_room_result m = resident_.make_room(out.needed_blocks, demote_hook_);
+        out.n_free_blocks = m.n_free_blocks;
+        out.n_evicted = m.n_evicted;
+        out.enough = m.enough;
+        n_demoted = n_demotions_ - demotions_before;
+        // Every namespace of one cache names the same stage; an eviction implies one.
+        if (!namespaces_.empty()) stage_index = namespaces_.begin()->second.stage_index;
     }
-    out.needed_blocks = *needed;
-    make_room_result m = resident_.make_room(out.needed_blocks, demote_hook_);
-    out.n_free_blocks = m.n_free_blocks;
-    out.n_evicted = m.n_evicted;
-    out.enough = m.enough;
+    if (out.n_evicted > 0 && sink_) {  // emitted outside the lock: the sink may write a file
+        telemetry::event ev;
+        ev.name = std::string(eviction_event_name);
+        ev.stage = stage_index;
+        ev.level = telemetry::event_level::debug;
+        ev.attr("skippy.kv.session", int64_t{session})
+            .attr("skippy.kv.needed_blocks", out.needed_blocks)
+            .attr("skippy.kv.evicted_entries", out.n_evicted)
+            .attr("skippy.kv.demoted_entries", n_demoted)
+            .attr("skippy.kv.free_blocks", out.n_free_blocks)
+            .attr("skippy.kv.enough", out.enough);
+        emit(ev);
+    }
     return out;
 }
 
@@ -494,17 +515,34 @@ void stage_cache::run_record_job(const cache_namespace & ns, const std::vector<t
     if (pages.is_ok()) {
         for (page_bytes & p : *pages) p.block_digests = blob_store::block_digests(p.bytes, exact_.config().block_bytes);
     }
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!pages.is_ok()) {
-        ++n_records_failed_;
-        return;
+    telemetry::event ev;  // no session: the request that asked may be long gone
+    ev.name = std::string(exact_store_event_name);
+    ev.stage = ns.stage_index;
+    ev.level = telemetry::event_level::debug;
+    ev.attr("skippy.kv.record_tokens", static_cast<int64_t>(tokens.size()));
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!pages.is_ok()) {
+            ++n_records_failed_;
+            ev.attr("skippy.exact_cache.record", attr_text("error")).attr("skippy.kv.error_class", attr_text(error_class_name(pages.error().code())));
+        } else {
+            int64_t bytes = 0;
+            for (const page_bytes & p : *pages) bytes += static_cast<int64_t>(p.bytes.size());
+            ev.attr("skippy.exact_cache.pages", static_cast<int64_t>(pages->size())).attr("skippy.exact_cache.page_bytes", bytes);
+            auto ins = exact_.insert(ns.hash, tokens, std::move(*pages));
+            if (ins.is_ok()) {
+                ++n_records_stored_;
+                ev.attr("skippy.exact_cache.record", attr_text(ins->inserted ? "stored" : "present"))
+                    .attr("skippy.exact_cache.evicted_entries", ins->n_evicted);
+            } else {
+                ++n_records_failed_;
+                ev.attr("skippy.exact_cache.record", attr_text("refused")).attr("skippy.kv.error_class", attr_text(error_class_name(ins.error().code())));
+            }
+            const auto s = exact_.stats();
+            ev.attr("skippy.exact_cache.entries", s.n_entries).attr("skippy.exact_cache.physical_bytes", s.blobs.physical_bytes);
+        }
     }
-    auto ins = exact_.insert(ns.hash, tokens, std::move(*pages));
-    if (ins.is_ok()) {
-        ++n_records_stored_;
-    } else {
-        ++n_records_failed_;
-    }
+    emit(ev);
 }
 
 bool stage_cache::record_activation(const cache_namespace & ns, std::span<const token_id> tokens, int32_t width,

@@ -274,6 +274,16 @@ TEST_F(stage_cache_fake, EvictedResidentEntriesAreDemotedToExactState) {
     stage_cache_stats s = cache->stats();
     EXPECT_EQ(s.n_demotions, 1);  // b exported on eviction; a was already there
     EXPECT_EQ(s.exact.n_entries, 2);
+    // Debug-level events tell the story: a's background record stored, then one
+    // admission evicting both entries and demoting b.
+    EXPECT_EQ(sink->last(exact_store_event_name, "skippy.exact_cache.record"), "stored");
+    EXPECT_EQ(sink->last(eviction_event_name, "skippy.kv.evicted_entries"), "2");
+    EXPECT_EQ(sink->last(eviction_event_name, "skippy.kv.demoted_entries"), "1");
+    EXPECT_EQ(sink->last(eviction_event_name, "skippy.kv.enough"), "true");
+    for (const auto & e : sink->events()) {
+        const bool debug_only = e.name == eviction_event_name || e.name == exact_store_event_name;
+        EXPECT_EQ(e.level, debug_only ? telemetry::event_level::debug : telemetry::event_level::summary) << e.name;
+    }
     restore_result r = request(2, b, false);
     EXPECT_EQ(r.tier, cache_tier::exact_state);
     EXPECT_EQ(r.restored_tokens, 7);

@@ -34,27 +34,26 @@ const pre_style k_default_style{
         // then ASCII digits in threes.
         R"([\p{P}\$\+<=>\^~\|]+)", k_gpt2, R"(\p{N}+)", "[0-9][0-9][0-9]",
     },
-    false, false,
+    false,
 };
 
-const pre_style k_gpt2_style{"gpt-2", {k_gpt2}, false, false};
+const pre_style k_gpt2_style{"gpt-2", {k_gpt2}, false};
 
-const pre_style k_llama3_style{"llama-3", {k_llama3}, true, true};
+const pre_style k_llama3_style{"llama-3", {k_llama3}, true};
 
-// dbrx and smaug use Llama 3's pattern but llama.cpp gives them neither ignore_merges
-// nor the BOS default.
-const pre_style k_llama3_plain_style{"llama-3 (dbrx/smaug)", {k_llama3}, false, false};
+// dbrx and smaug use Llama 3's pattern but llama.cpp does not give them ignore_merges.
+const pre_style k_llama3_plain_style{"llama-3 (dbrx/smaug)", {k_llama3}, false};
 
-const pre_style k_qwen2_style{"qwen2", {k_qwen2}, false, false};
+const pre_style k_qwen2_style{"qwen2", {k_qwen2}, false};
 
 const pre_style k_falcon_style{
     "falcon",
     {R"([\p{P}\$\+<=>\^~\|`]+)", k_gpt2, "[0-9][0-9][0-9]"},
-    false, false,
+    false,
 };
 
 // Every digit its own word, then GPT-2 words.
-const pre_style k_starcoder_style{"starcoder", {R"(\p{N})", k_gpt2}, false, false};
+const pre_style k_starcoder_style{"starcoder", {R"(\p{N})", k_gpt2}, false};
 
 // DeepSeek Coder's cascade: each CR and LF alone, then letter runs and punctuation runs
 // (each with at most one leading whitespace), then runs of CJK ideographs / Hangul, then
@@ -70,7 +69,7 @@ const pre_style k_deepseek_coder_style{
         R"([\x{4E00}-\x{9FA5}\x{0800}-\x{4E00}\x{AC00}-\x{D7FF}]+)",
         R"(\p{N})",
     },
-    false, false,
+    false,
 };
 
 struct pre_name {

@@ -16,7 +16,6 @@ struct pre_style {
     std::string_view              family;        // "gpt-2", "llama-3", ... (for messages)
     std::vector<std::string_view> patterns;      // applied in order, see pretokenizer::split
     bool                          ignore_merges; // a word that is already a token is taken whole
-    bool                          add_bos;       // llama.cpp's BOS default for this family
 };
 
 // The style for a tokenizer.ggml.pre value, or nullptr when we do not support it.

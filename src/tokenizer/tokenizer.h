@@ -81,7 +81,7 @@ public:
     token_id eos() const;   // -1 when none
     token_id unk() const;   // -1 when none
     // BOS is added by default: tokenizer.ggml.add_bos_token when present, else true for
-    // SPM and for llama-3 style BPE, false for other BPE (never true without a BOS).
+    // SPM and false for BPE (never true without a BOS).
     bool add_bos_default() const;
     // End of generation: EOS, tokenizer.ggml.eot_token_id / eom_token_id, and the tokens
     // llama.cpp recognises by text ("<|eot_id|>", "<|im_end|>", "<|end|>", ...).

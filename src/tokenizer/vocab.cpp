@@ -298,7 +298,9 @@ result<vocab> load_vocab(const gguf::file & file) {
                                                            "' is not supported (supported: " +
                                                            std::string(supported_pre_names()) + ")");
         }
-        model_add_bos = style->add_bos;
+        // Without add_bos_token no BPE vocabulary adds BOS, whatever its pre-tokenizer
+        // (the rule skippy's CLI promises). llama.cpp defaults its llama-3 family to
+        // BOS; converted llama-3 files carry add_bos_token, so they are unaffected.
     } else {
         return make_error(error_code::unsupported,
                           "tokenizer.ggml.model '" + *model_name + "' is not supported (supported: llama, gpt2)");

@@ -106,14 +106,25 @@ TEST(bos_rules, BpeDoesNotAddBosByDefault) {
     EXPECT_EQ(t->tokenize("a", true, false), (ids{256, 'a'}));  // an explicit request still works
 }
 
-TEST(bos_rules, Llama3StyleBpeAddsBosByDefault) {
-    special_case c;
-    c.v.add("<|begin_of_text|>", 0, token_kind::control);
-    c.v.set("tokenizer.ggml.bos_token_id", gguf::value::make_u32(256));
-    c.v.set("tokenizer.ggml.pre", gguf::value::make_string("llama-bpe"));
-    auto t = build_or_fail(c.v);
-    ASSERT_TRUE(t);
-    EXPECT_TRUE(t->add_bos_default());
+// The CLI's rule: without add_bos_token, no BPE vocabulary adds BOS, whatever its
+// pre-tokenizer (llama.cpp would default its llama-3 names to BOS).
+TEST(bos_rules, BpeDoesNotAddBosByDefaultWhateverThePreTokenizer) {
+    for (const char * pre : {"llama-bpe", "llama3", "llama-v3", "falcon3", "pixtral", "dbrx", "qwen2", "starcoder",
+                             "falcon", "deepseek-coder", "default"}) {
+        special_case c;
+        c.v.add("<|begin_of_text|>", 0, token_kind::control);
+        c.v.set("tokenizer.ggml.bos_token_id", gguf::value::make_u32(256));
+        c.v.set("tokenizer.ggml.pre", gguf::value::make_string(pre));
+        auto t = build_or_fail(c.v);
+        ASSERT_TRUE(t) << pre;
+        EXPECT_EQ(t->bos(), 256) << pre;
+        EXPECT_FALSE(t->add_bos_default()) << pre;
+        // A llama-3 file that asks for BOS gets it.
+        c.v.set("tokenizer.ggml.add_bos_token", gguf::value::make_bool(true));
+        auto with_key = build_or_fail(c.v);
+        ASSERT_TRUE(with_key) << pre;
+        EXPECT_TRUE(with_key->add_bos_default()) << pre;
+    }
 }
 
 TEST(bos_rules, MetadataOverridesTheDefault) {

@@ -143,6 +143,195 @@ TEST(cache_zero_tokens, AFullHitWithoutDecodeIsRestoredAndCounted) {
     }
 }
 
+// ---------------------------------------------------------------------------------
+// The chain's recovery paths (docs/kv-cache.md §10), each forced by dropping one
+// stage's entries at a chosen moment. Every run must equal the cache-off run token for
+// token, and cached_tokens must be what stage 0 restored for the chain (0 whenever the
+// chain restore was abandoned).
+
+struct path_chains {
+    std::unique_ptr<transport::chain_pipeline> cold, warm;
+    std::shared_ptr<memory_sink>               sink = std::make_shared<memory_sink>();
+};
+
+path_chains make_path_chains(int32_t n_stages, int32_t lanes = 1) {
+    path_chains c;
+    auto file = model("llama", "Q8_0");
+    cache_run_options off;
+    off.n_stages = n_stages;
+    off.cache_on = false;
+    off.lanes = lanes;
+    cache_run_options on = off;
+    on.cache_on = true;
+    on.sink = c.sink;
+    c.cold = cached_chain(file, off);
+    c.warm = cached_chain(file, on);
+    return c;
+}
+
+// Runs the prompt on both chains: the outputs must be equal.
+turn_result run_both(path_chains & c, const std::vector<token_id> & prompt, int32_t chunk = 16) {
+    const auto want = run_turn(*c.cold, prompt, 8, chunk);
+    const auto got = run_turn(*c.warm, prompt, 8, chunk);
+    EXPECT_EQ(got.tokens, want.tokens) << "the cache changed the output";
+    EXPECT_EQ(want.cached, 0);
+    return got;
+}
+
+// Ready for the next turn: records stored, no hook, no events.
+void settle(path_chains & c) {
+    wait_for_records(*c.warm);
+    c.sink->set_hook(nullptr);
+    c.sink->clear();
+}
+
+std::vector<token_id> shared_then_new(const std::vector<token_id> & base, size_t shared) {
+    return concat(std::vector<token_id>(base.begin(), base.begin() + static_cast<ptrdiff_t>(shared)), tokens_of(12, 7));
+}
+
+class cache_paths : public ::testing::TestWithParam<int32_t> {};
+
+// A stage below stage 0 answered the probe, then lost its entry: TryRestorePrefill
+// misses there, every stage above that restored rolls back, stage 0 restores nothing and
+// the prompt is computed (in-band lookups still serve what they can).
+TEST_P(cache_paths, TryRestoreMissBelowRollsBackAndComputes) {
+    const int32_t n_stages = GetParam();
+    const int32_t last = n_stages - 1;
+    auto c = make_path_chains(n_stages);
+    ASSERT_TRUE(c.cold && c.warm);
+    const auto base = tokens_of(60, 1);
+    run_both(c, base);
+    settle(c);
+    forget_at_event(*c.sink, *c.warm, last, "probe_");
+    const auto got = run_both(c, shared_then_new(base, 45));
+    EXPECT_EQ(got.cached, 0) << "the chain restore was abandoned";
+    EXPECT_EQ(c.sink->count_decision(0, "probe_short"), 1) << "45 of the 56 restorable tokens";
+    EXPECT_EQ(c.sink->count_decision(last, "try_restore_miss"), 1);
+    for (int32_t s = 1; s < last; ++s) {
+        EXPECT_EQ(c.sink->count_decision(s, "try_restore_hit"), 1) << "stage " << s << " restored, then rolled back";
+    }
+    EXPECT_EQ(c.sink->count_decisions_starting(0, "try_restore"), 0) << "stage 0 restores only after the chain hit";
+    // Computed from position 0: the first chunk is looked up in-band on every stage.
+    EXPECT_EQ(c.sink->count_decision(last, "resident_miss"), 1);
+    for (int32_t s = 0; s < last; ++s) EXPECT_EQ(c.sink->count_decision(s, "activation_resident_hit"), 1) << "stage " << s;
+    // The stage that lost its entry recorded the prompt again: the next repeat hits.
+    settle(c);
+    const auto again = run_both(c, shared_then_new(base, 45));
+    EXPECT_EQ(again.cached, 56);
+    EXPECT_EQ(again.stats.kv_hit_stage_mask, (uint64_t(1) << n_stages) - 1);
+}
+
+// Stage 0's own entry went away between its probe and its restore: the stages below
+// already restored, so stage 0 undoes them with TrimSession(0) and computes.
+TEST_P(cache_paths, Stage0MissAfterAChainHitTrimsTheOthers) {
+    const int32_t n_stages = GetParam();
+    auto c = make_path_chains(n_stages);
+    ASSERT_TRUE(c.cold && c.warm);
+    const auto base = tokens_of(60, 1);
+    run_both(c, base);
+    settle(c);
+    forget_at_event(*c.sink, *c.warm, 0, "probe_");
+    const auto got = run_both(c, shared_then_new(base, 45));
+    EXPECT_EQ(got.cached, 0);
+    for (int32_t s = 1; s < n_stages; ++s) EXPECT_EQ(c.sink->count_decision(s, "try_restore_hit"), 1) << "stage " << s;
+    EXPECT_EQ(c.sink->count_decision(0, "try_restore_miss"), 1);
+    // The prompt was computed from 0: stage 0 found its first chunk's frame but no KV.
+    EXPECT_EQ(c.sink->count_decision(0, "activation_hit_kv_miss"), 1);
+    settle(c);
+    const auto again = run_both(c, shared_then_new(base, 45));
+    EXPECT_EQ(again.cached, 56);
+    EXPECT_EQ(again.stats.kv_hit_stage_mask, (uint64_t(1) << n_stages) - 1);
+}
+
+// A full-prompt hit rides on the first decode (TryRestorePrefillDecode). When stage
+// `victim` lost its entry after the probe, that stage misses, the stages before it roll
+// back, and stage 0 computes the whole prompt before decoding.
+void expect_decode_restore_fallback(int32_t n_stages, int32_t victim) {
+    SCOPED_TRACE("stages " + std::to_string(n_stages) + ", victim " + std::to_string(victim));
+    auto c = make_path_chains(n_stages);
+    ASSERT_TRUE(c.cold && c.warm);
+    const auto base = tokens_of(60, 1);
+    run_both(c, base);
+    settle(c);
+    forget_at_event(*c.sink, *c.warm, victim, "probe_");
+    const auto got = run_both(c, base);
+    EXPECT_EQ(got.cached, 0) << "the deferred restore missed and the prompt was computed";
+    for (int32_t s = 0; s < victim; ++s) {
+        EXPECT_EQ(c.sink->count_decision(s, "try_restore_decode_hit"), 1) << "stage " << s << " restored, then rolled back";
+    }
+    EXPECT_EQ(c.sink->count_decision(victim, "try_restore_decode_miss"), 1);
+    for (int32_t s = victim + 1; s < n_stages; ++s) {
+        EXPECT_EQ(c.sink->count_decisions_starting(s, "try_restore_decode"), 0) << "stage " << s << " was never asked";
+    }
+    // The fallback prefilled positions [0, 59) in one chunk: recorded again, so the next
+    // repeat is a full hit.
+    settle(c);
+    const auto again = run_both(c, base);
+    EXPECT_EQ(again.cached, 59);
+    EXPECT_EQ(again.stats.kv_hit_stage_mask, (uint64_t(1) << n_stages) - 1);
+    EXPECT_EQ(c.sink->count_decision(n_stages - 1, "try_restore_decode_hit"), 1);
+}
+
+TEST_P(cache_paths, DeferredDecodeRestoreMissFallsBackToAFullPrefill) {
+    const int32_t n_stages = GetParam();
+    for (int32_t victim = 0; victim < n_stages; ++victim) expect_decode_restore_fallback(n_stages, victim);
+}
+
+// Nothing restored for the chain (stage 0 lost everything): the Prefill at position 0
+// is looked up in-band. A non-final server holding the frame it forwarded for the chunk
+// and its KV skips the compute and forwards the frame; the final stage restores the
+// chunk.
+TEST_P(cache_paths, InBandActivationHitOnAServerSkipsTheChunk) {
+    const int32_t n_stages = GetParam();
+    const int32_t last = n_stages - 1;
+    auto c = make_path_chains(n_stages);
+    ASSERT_TRUE(c.cold && c.warm);
+    const auto base = tokens_of(60, 1);
+    run_both(c, base);
+    settle(c);
+    forget_entries(*stage_cache_of(*c.warm, 0));
+    const auto got = run_both(c, base);
+    EXPECT_EQ(got.cached, 0) << "stage 0 restored nothing";
+    EXPECT_EQ(c.sink->count_decision(0, "probe_miss"), 1);
+    EXPECT_EQ(c.sink->count_decision(0, "activation_hit_kv_miss"), 1);
+    for (int32_t s = 1; s < last; ++s) {
+        EXPECT_EQ(c.sink->count_decision(s, "activation_resident_hit"), 1) << "stage " << s;
+        EXPECT_EQ(c.sink->first_int(s, "activation_resident_hit", "skippy.kv.restored_tokens"), 16);
+    }
+    EXPECT_EQ(c.sink->count_decision(last, "resident_hit"), 1);
+    EXPECT_EQ(c.sink->first_int(last, "resident_hit", "skippy.kv.restored_tokens"), 16) << "the whole first chunk";
+    EXPECT_NE(got.stats.kv_hit_stage_mask & (uint64_t(1) << last), 0u);
+    EXPECT_EQ(got.stats.kv_hit_stage_mask & 1u, 0u) << "stage 0 restored nothing";
+}
+
+// The final stage's in-band lookup serves part of a chunk: it restores the longest
+// prefix it has and computes only the rest of the chunk.
+TEST_P(cache_paths, FinalStageRestoresPartOfAChunkAndComputesTheRest) {
+    const int32_t n_stages = GetParam();
+    const int32_t last = n_stages - 1;
+    auto c = make_path_chains(n_stages);
+    ASSERT_TRUE(c.cold && c.warm);
+    const auto base = tokens_of(60, 1);
+    run_both(c, base, 512);
+    settle(c);
+    forget_entries(*stage_cache_of(*c.warm, 0));
+    const auto longer = concat(base, tokens_of(11, 8));  // 71 tokens: one chunk of 70
+    const auto got = run_both(c, longer, 512);
+    EXPECT_EQ(got.cached, 0);
+    EXPECT_EQ(c.sink->count_decision(last, "resident_hit"), 1);
+    EXPECT_EQ(c.sink->first_int(last, "resident_hit", "skippy.kv.query_tokens"), 70);
+    EXPECT_EQ(c.sink->first_int(last, "resident_hit", "skippy.kv.restored_tokens"), 59) << "the recorded prefix, not the chunk";
+    EXPECT_EQ(got.stats.kv_hit_stage_mask & (uint64_t(1) << last), uint64_t(1) << last);
+    EXPECT_GE(got.stats.kv_imported_tokens, 59u);
+    // It recorded the whole prompt it now holds, partly restored and partly computed.
+    settle(c);
+    const auto again = run_both(c, longer, 512);
+    EXPECT_EQ(again.stats.kv_hit_stage_mask & (uint64_t(1) << last), uint64_t(1) << last);
+    EXPECT_EQ(c.sink->count_decision(last, "try_restore_decode_miss") + c.sink->count_decision(last, "try_restore_miss"), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(stages, cache_paths, ::testing::Values(2, 3));
+
 TEST(cache_isolation, ClientKeysNeverShareEntries) {
     auto file = model("llama", "Q8_0");
     cache_run_options on;

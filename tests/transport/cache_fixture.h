@@ -5,16 +5,35 @@
 #include "chain_fixture.h"
 #include "telemetry/telemetry.h"
 
+#include <atomic>
+#include <functional>
 #include <mutex>
 
 namespace skippy::testing {
 
-// Keeps every event (thread-safe).
+// Keeps every event (thread-safe). A hook, if set, sees each event after it is kept,
+// on the emitting stage's thread: a stage's own thread, where a test may touch that
+// stage's cache between two of its steps.
 class memory_sink final : public telemetry::event_sink_i {
 public:
+    using hook_fn = std::function<void(const telemetry::event &)>;
+
     void emit(const telemetry::event & e) override {
+        hook_fn hook;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            events_.push_back(e);
+            hook = hook_;
+        }
+        if (hook) hook(e);
+    }
+    void set_hook(hook_fn hook) {
         std::lock_guard<std::mutex> lock(mutex_);
-        events_.push_back(e);
+        hook_ = std::move(hook);
+    }
+    void clear() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        events_.clear();
     }
     std::vector<telemetry::event> events() const {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -24,16 +43,62 @@ public:
     int count(const std::string & key, const std::string & value) const {
         int n = 0;
         for (const auto & e : events()) {
-            for (const auto & [k, v] : e.attrs) {
-                if (k == key && std::holds_alternative<std::string>(v) && std::get<std::string>(v) == value) ++n;
-            }
+            if (text_attr(e, key) == value) ++n;
         }
         return n;
+    }
+    // Lookup or record events of one stage with this skippy.kv.decision.
+    int count_decision(int32_t stage, const std::string & decision) const {
+        int n = 0;
+        for (const auto & e : events()) {
+            if (e.stage == stage && text_attr(e, "skippy.kv.decision") == decision) ++n;
+        }
+        return n;
+    }
+    // Lookup events of one stage whose decision starts with `prefix`.
+    int count_decisions_starting(int32_t stage, const std::string & prefix) const {
+        int n = 0;
+        for (const auto & e : events()) {
+            if (e.stage == stage && text_attr(e, "skippy.kv.decision").rfind(prefix, 0) == 0) ++n;
+        }
+        return n;
+    }
+    // Restores (not probes) that put tokens into a session from `tier`.
+    int count_restores_from(const std::string & tier) const {
+        int n = 0;
+        for (const auto & e : events()) {
+            if (e.name != cache::lookup_event_name) continue;
+            if (text_attr(e, "skippy.kv.decision").rfind("probe_", 0) == 0) continue;
+            if (text_attr(e, "skippy.kv.tier") == tier && int_attr(e, "skippy.kv.restored_tokens") > 0) ++n;
+        }
+        return n;
+    }
+    // The integer attribute `key` of the first event of `stage` with this decision; -1
+    // when there is none.
+    int64_t first_int(int32_t stage, const std::string & decision, const std::string & key) const {
+        for (const auto & e : events()) {
+            if (e.stage == stage && text_attr(e, "skippy.kv.decision") == decision) return int_attr(e, key);
+        }
+        return -1;
+    }
+
+    static std::string text_attr(const telemetry::event & e, const std::string & key) {
+        for (const auto & [k, v] : e.attrs) {
+            if (k == key && std::holds_alternative<std::string>(v)) return std::get<std::string>(v);
+        }
+        return {};
+    }
+    static int64_t int_attr(const telemetry::event & e, const std::string & key) {
+        for (const auto & [k, v] : e.attrs) {
+            if (k == key && std::holds_alternative<int64_t>(v)) return std::get<int64_t>(v);
+        }
+        return -1;
     }
 
 private:
     mutable std::mutex            mutex_;
     std::vector<telemetry::event> events_;
+    hook_fn                       hook_;
 };
 
 struct cache_run_options {
@@ -45,6 +110,7 @@ struct cache_run_options {
     int64_t  resident_tokens = -1;
     int32_t  ctx = 512;
     int32_t  threads = 1;
+    int32_t  lanes = 1;
     std::shared_ptr<memory_sink> sink;
 };
 
@@ -52,6 +118,7 @@ inline std::unique_ptr<transport::chain_pipeline> cached_chain(std::shared_ptr<c
     stage_options so;
     so.n_threads = o.threads;
     so.ctx_size = o.ctx;
+    so.n_lanes = o.lanes;
     transport::chain_options co;
     co.cache.config.mode = o.cache_on ? cache::cache_mode::lookup_record : cache::cache_mode::off;
     co.cache.config.min_tokens = o.min_tokens;
@@ -92,6 +159,40 @@ inline void wait_for_records(transport::chain_pipeline & p) {
     for (const auto & s : p.servers()) {
         if (s->cache_host() && s->cache_host()->cache()) s->cache_host()->cache()->wait_for_records();
     }
+}
+
+// The cache of stage `index` of an in-process chain (stage 0 is the pipeline's own).
+inline cache::stage_cache * stage_cache_of(transport::chain_pipeline & p, int32_t index) {
+    transport::stage_cache_host * host = index == 0 ? p.cache_host() : p.servers()[static_cast<size_t>(index - 1)]->cache_host();
+    return host ? host->cache() : nullptr;
+}
+
+// Drops every resident and exact-state entry of one stage, as if evicted since they
+// were recorded (activation frames stay: a frame alone never skips compute). Call it on
+// the thread driving the stage's lane `session` while the stage's record worker is
+// idle: for stage 0 the test's own thread, for a server one of its events (see
+// forget_at_event).
+inline void forget_entries(cache::stage_cache & c, int32_t session = 0) {
+    // Asking for more blocks than any pool has evicts every unreferenced resident entry
+    // (demoting it into the exact-state tier), which then goes too.
+    (void)c.make_room_for_write(session, 0, int64_t{1} << 30);
+    auto & store = c.exact_store_for_testing();
+    for (auto id : store.entries_for_testing()) ASSERT_TRUE(store.evict(id).is_ok());
+    ASSERT_EQ(c.stats().index.n_entries[0] + c.stats().index.n_entries[1], 0) << "an entry survived";
+}
+
+// Once, when stage `index` emits its first lookup decision starting with `prefix`
+// (e.g. "probe_": after it answered a probe, before the restore that follows), drops
+// that stage's entries: the chain saw them at probe time and misses them at restore.
+inline void forget_at_event(memory_sink & sink, transport::chain_pipeline & p, int32_t index, const std::string & prefix) {
+    cache::stage_cache * c = stage_cache_of(p, index);
+    ASSERT_NE(c, nullptr);
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    sink.set_hook([c, index, prefix, done](const telemetry::event & e) {
+        if (e.stage != index || memory_sink::text_attr(e, "skippy.kv.decision").rfind(prefix, 0) != 0) return;
+        if (done->exchange(true)) return;
+        forget_entries(*c);
+    });
 }
 
 inline std::vector<token_id> tokens_of(int n, int salt) {

@@ -67,7 +67,7 @@ struct metric_info {
 // REQUIRES: m != metric::count.
 const metric_info & info(metric m);
 
-// Cache numbers of one tier of one stage ("resident", "exact_state", "activation", "disk").
+// Cache numbers of one tier of one stage ("resident", "exact_state", "activation").
 // Counters are cumulative since the stage started.
 struct cache_tier_snapshot {
     std::string tier;

@@ -61,18 +61,24 @@ telemetry::stage_snapshot stage_snapshot_of(int32_t stage_index, stage & st, sta
     snap.kv_pool = telemetry::kv_pool_snapshot{kv.n_blocks(), kv.n_blocks() - kv.n_free(), static_cast<int64_t>(kv.geometry().block_bytes())};
     if (!host || !host->cache()) return snap;
     const cache::stage_cache_stats s = host->cache()->stats();
-    const auto misses = static_cast<int64_t>(s.totals.kv_lookup_misses);
+    // A restore consults the tiers in turn: resident first, then exact state for what
+    // resident did not serve. Each tier's misses are the lookups that reached it and
+    // it did not serve (a restore that failed counts as a miss of its tier), so
+    // resident misses = exact hits + exact misses, and exact misses = lookups no tier
+    // served.
+    const int64_t lookups = static_cast<int64_t>(s.totals.kv_lookup_hits + s.totals.kv_lookup_misses + s.totals.kv_lookup_errors);
+    const int64_t past_resident = std::max<int64_t>(lookups - s.n_resident_restores, 0);
     telemetry::cache_tier_snapshot resident;
     resident.tier = "resident";
     resident.hits = s.n_resident_restores;
-    resident.misses = misses;
+    resident.misses = past_resident;
     resident.evictions = s.resident.n_evictions;
     resident.entries = s.resident.n_entries;
     resident.bytes = s.resident.n_blocks_held * static_cast<int64_t>(kv.geometry().block_bytes());
     telemetry::cache_tier_snapshot exact;
     exact.tier = "exact_state";
     exact.hits = s.n_exact_restores;
-    exact.misses = misses;
+    exact.misses = std::max<int64_t>(past_resident - s.n_exact_restores, 0);
     exact.evictions = s.exact.n_evictions;
     exact.entries = s.exact.n_entries;
     exact.bytes = s.exact.blobs.physical_bytes;

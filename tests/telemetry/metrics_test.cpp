@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <fstream>
 #include <limits>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <vector>
 
 namespace skippy::telemetry {
 namespace {
@@ -36,12 +38,29 @@ TEST(MetricTable, NamesAreUniqueAndUnderSkippy) {
 TEST(MetricTable, DocsListEveryMetric) {
     std::ifstream f(std::string(SKIPPY_SOURCE_DIR) + "/docs/metrics.md");
     ASSERT_TRUE(f) << "docs/metrics.md missing";
-    std::stringstream ss;
-    ss << f.rdbuf();
-    const std::string doc = ss.str();
-    for (metric m : all_metrics()) {
-        EXPECT_NE(doc.find("`" + std::string(info(m).name) + "`"), std::string::npos)
-            << info(m).name << " is not documented in docs/metrics.md";
+    // The rows of the metrics table: lines "| `skippy_...` | type | ...".
+    std::vector<std::string> doc_names;
+    std::vector<std::string> doc_types;
+    const std::regex row(R"(^\| `(skippy_[a-z0-9_]+)` \| ([a-z]+) \|)");
+    std::string line;
+    while (std::getline(f, line)) {
+        std::smatch m;
+        if (std::regex_search(line, m, row)) {
+            doc_names.push_back(m[1]);
+            doc_types.push_back(m[2]);
+        }
+    }
+    // Code -> docs and docs -> code, in the same order, with the same type.
+    const std::vector<metric> code = all_metrics();
+    for (size_t i = 0; i < std::max(code.size(), doc_names.size()); ++i) {
+        const std::string in_code = i < code.size() ? std::string(info(code[i]).name) : "(none)";
+        const std::string in_docs = i < doc_names.size() ? doc_names[i] : "(none)";
+        EXPECT_EQ(in_docs, in_code) << "row " << i << " of the table in docs/metrics.md";
+        if (i < code.size() && i < doc_types.size()) {
+            const metric_type t = info(code[i]).type;
+            const char * type = t == metric_type::counter ? "counter" : t == metric_type::gauge ? "gauge" : "histogram";
+            EXPECT_EQ(doc_types[i], type) << in_code;
+        }
     }
 }
 

@@ -3,6 +3,8 @@
 #include "base/log.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "http/metrics_server.h"
+#include "telemetry/metrics.h"
 #include "transport/chain.h"
 #include "transport/stage_server.h"
 
@@ -19,6 +21,7 @@ extern "C" void on_stop_signal(int) { g_stop = 1; }
 struct serve_stage_options {
     std::string   topology_path;
     int32_t       stage_index = 1;
+    int32_t       metrics_port = 0;  // 0: no metrics endpoint
     runtime_flags runtime;
 };
 
@@ -54,8 +57,27 @@ int run_serve_stage(const serve_stage_options & o) {
     transport::stage_server server(std::move(st).value(), std::move(cache).value(), o.stage_index, *topo, std::move(listener).value(),
                                    *chain);
     server.start();
+
+    // This stage's own numbers (its cache tiers and KV pool), scraped here: stage 0's
+    // /metrics only sees the stages inside its process.
+    telemetry::metrics_registry metrics;
+    metrics.add_stage_provider([&server] {
+        return std::vector<telemetry::stage_snapshot>{
+            transport::stage_snapshot_of(server.stage_index(), server.model_stage(), server.cache_host())};
+    });
+    http::metrics_server metrics_endpoint(metrics, telemetry::render_scope::stages_only);
+    if (o.metrics_port != 0) {
+        if (status st = metrics_endpoint.start(spec.address.host, o.metrics_port); !st.is_ok()) {
+            server.stop();
+            return fail(st);
+        }
+        SKIPPY_LOG_INFO("stage %d: metrics on http://%s:%d/metrics", o.stage_index, spec.address.host.c_str(),
+                        metrics_endpoint.port());
+    }
+
     while (!g_stop) pause();
     SKIPPY_LOG_INFO("stage %d: stopping", o.stage_index);
+    metrics_endpoint.stop();
     server.stop();
     return 0;
 }
@@ -90,6 +112,9 @@ void add_stage_commands(CLI::App & app, command_runner & run) {
     CLI::App * serve = app.add_subcommand("serve-stage", "Run stage I >= 1 of a topology (stage 0 runs in generate or serve)");
     serve->add_option("--topology", s->topology_path, "Topology file")->required()->check(CLI::ExistingFile);
     serve->add_option("--stage", s->stage_index, "Index of the stage to run")->required()->check(CLI::Range(1, 63));
+    serve->add_option("--metrics-port", s->metrics_port,
+                      "Serve GET /metrics for this stage on this port, on the host of the stage's endpoint (0: off)")
+        ->check(CLI::Range(0, 65535))->capture_default_str();
     add_runtime_flags(serve, s->runtime, 1);
     serve->callback([&run, s] { run = [s] { return run_serve_stage(*s); }; });
 

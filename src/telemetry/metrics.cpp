@@ -129,6 +129,11 @@ std::string label_text(const metric_info & mi, const label_values & values, cons
 
 const metric_info & info(metric m) { return k_metrics[index_of(m)]; }
 
+bool from_stage_snapshots(metric m) {
+    return static_cast<uint16_t>(m) >= static_cast<uint16_t>(metric::cache_hits) &&
+           static_cast<uint16_t>(m) <= static_cast<uint16_t>(metric::kv_pool_used_bytes);
+}
+
 std::string escape_label_value(std::string_view v) {
     std::string out;
     out.reserve(v.size());
@@ -242,7 +247,7 @@ void metrics_registry::merge_snapshots(const std::vector<stage_snapshot> & snaps
     }
 }
 
-std::string metrics_registry::render_prometheus() const {
+std::string metrics_registry::render_prometheus(render_scope scope) const {
     std::vector<family> families;
     std::vector<stage_snapshot_provider> providers;
     {
@@ -262,6 +267,8 @@ std::string metrics_registry::render_prometheus() const {
     out.reserve(8192);
     for (size_t i = 0; i < k_metrics.size(); ++i) {
         const metric_info & mi = k_metrics[i];
+        const auto m = static_cast<metric>(i);
+        if (scope == render_scope::stages_only && m != metric::build_info && !from_stage_snapshots(m)) continue;
         family & f = families[i];
         if (f.empty() && mi.labels.empty()) {
             series zero;

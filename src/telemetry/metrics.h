@@ -67,6 +67,13 @@ struct metric_info {
 // REQUIRES: m != metric::count.
 const metric_info & info(metric m);
 
+// True for the families filled from stage snapshots (skippy_cache_*, skippy_kv_pool_*).
+bool from_stage_snapshots(metric m);
+
+// What a render carries: every family (skippy serve), or only skippy_build_info and the
+// stage-snapshot families (a stage process, skippy serve-stage --metrics-port).
+enum class render_scope { all, stages_only };
+
 // Cache numbers of one tier of one stage ("resident", "exact_state", "activation").
 // Counters are cumulative since the stage started.
 struct cache_tier_snapshot {
@@ -116,7 +123,7 @@ public:
     // The text exposition of every known metric: # HELP and # TYPE for each family
     // (even one without samples yet), then its samples, sorted by label values.
     // Unlabelled counters and gauges without samples render as 0.
-    std::string render_prometheus() const;
+    std::string render_prometheus(render_scope scope = render_scope::all) const;
 
     // For tests: a counter's or gauge's value, a histogram's observation count;
     // nullopt when that series has no sample yet.

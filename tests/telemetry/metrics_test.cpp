@@ -149,6 +149,29 @@ TEST(MetricsRegistry, ValuesFormatAsPrometheusReadsThem) {
     EXPECT_EQ(format_metric_value(std::nan("")), "NaN");
 }
 
+TEST(MetricsRegistry, StagesOnlyRenderCarriesBuildInfoAndStageFamilies) {
+    metrics_registry r;
+    r.set(metric::build_info, 1, {"v"});
+    r.add(metric::prompt_tokens, 3);
+    r.add_stage_provider([] {
+        stage_snapshot s;
+        s.stage = 2;
+        s.cache_tiers.push_back({"resident", 1, 2, 0, 0, 0});
+        s.kv_pool = kv_pool_snapshot{8, 1, 16};
+        return std::vector<stage_snapshot>{s};
+    });
+    const std::string text = r.render_prometheus(render_scope::stages_only);
+    EXPECT_TRUE(has_line(text, "skippy_build_info{version=\"v\"} 1")) << text;
+    EXPECT_TRUE(has_line(text, "skippy_cache_misses_total{stage=\"2\",tier=\"resident\"} 2"));
+    EXPECT_TRUE(has_line(text, "skippy_kv_pool_blocks{stage=\"2\"} 8"));
+    EXPECT_EQ(text.find("skippy_prompt_tokens_total"), std::string::npos) << "a front-end family in a stage render";
+    EXPECT_EQ(text.find("skippy_lanes"), std::string::npos);
+    for (metric m : all_metrics()) {
+        const bool expected = m == metric::build_info || from_stage_snapshots(m);
+        EXPECT_EQ(text.find("# TYPE " + std::string(info(m).name) + " ") != std::string::npos, expected) << info(m).name;
+    }
+}
+
 TEST(MetricsRegistry, StageSnapshotsArePulledAtEachRender) {
     metrics_registry r;
     int64_t hits = 1;

@@ -9,12 +9,16 @@
 #include "telemetry/telemetry.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
+#include "transport/topology.h"
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
+#include <limits>
 
 namespace skippy::cli {
 namespace {
@@ -32,6 +36,46 @@ struct serve_options {
     runtime_flags runtime;  // -t, --ctx-size, --lanes, --kv-type, --kv-cache*, --telemetry-*, ...
     chain_choice  chain;    // --stages N | --topology T.json
 };
+
+// Whether this process runs tensor `name`: every tensor outside the blocks (embeddings,
+// norms, head), and the blocks of `layers`.
+bool runs_tensor(const std::string & name, layer_range layers) {
+    if (name.rfind("blk.", 0) != 0) return true;
+    const int64_t il = std::atoll(name.c_str() + 4);
+    return il >= layers.start && il < layers.end;
+}
+
+// Reads every page of the weights this process runs, so that the first request does
+// not pay for paging them in from disk (the file is mapped, and mapping reads nothing),
+// and logs progress on stderr at every 10% of the bytes.
+void page_in_weights(const gguf::file & file, layer_range layers) {
+    size_t total = 0;
+    size_t n_tensors = 0;
+    for (const auto & t : file.tensors()) {
+        if (!runs_tensor(t.name, layers)) continue;
+        total += t.n_bytes;
+        ++n_tensors;
+    }
+    if (total == 0) return;
+    const size_t page = static_cast<size_t>(std::max(4096L, sysconf(_SC_PAGESIZE)));
+    size_t done = 0;
+    size_t tensors_done = 0;
+    int next_decile = 1;
+    uint8_t sink = 0;  // touched bytes are combined so that the reads are not optimised away
+    for (const auto & t : file.tensors()) {
+        if (!runs_tensor(t.name, layers)) continue;
+        for (size_t off = 0; off < t.n_bytes; off += page) sink ^= static_cast<const volatile uint8_t *>(t.data)[off];
+        done += t.n_bytes;
+        ++tensors_done;
+        const int decile = static_cast<int>(done * 10 / total);  // a big tensor may cross several: one line
+        if (decile >= next_decile) {
+            SKIPPY_LOG_INFO("loading weights: %d%% (%.1f of %.1f MiB, %zu of %zu tensors)", decile * 10,
+                            static_cast<double>(done) / (1 << 20), static_cast<double>(total) / (1 << 20), tensors_done, n_tensors);
+            next_decile = decile + 1;
+        }
+    }
+    asm volatile("" : : "r"(sink));
+}
 
 int run_serve(const serve_options & o) {
     // SIGINT/SIGTERM are taken by sigwait on this thread. Block them before any thread
@@ -61,10 +105,23 @@ int run_serve(const serve_options & o) {
                     (*tok)->model() == tokenizer_model::spm ? "spm" : "bpe", (*tok)->n_vocab(),
                     std::string(chat_template_family_name(chat_template)).c_str());
 
+    // The stages this process runs: all of them with --stages N, stage 0 with --topology
+    // (the others run in serve-stage processes).
+    int32_t n_stages = o.chain.stages;
+    layer_range own_layers{0, std::numeric_limits<int32_t>::max()};
+    if (!o.chain.topology_path.empty()) {
+        auto topo = transport::topology::load(o.chain.topology_path);
+        if (!topo.is_ok()) return fail(topo.error());
+        if (topo->n_stages() < 1) return fail(make_error(error_code::invalid_argument, o.chain.topology_path + " has no stages"));
+        n_stages = topo->n_stages();
+        own_layers = topo->stages.front().layers;
+    }
+    page_in_weights(**file, own_layers);
+
     const stage_options so_log = to_stage_options(o.runtime);
-    SKIPPY_LOG_INFO("loading weights and allocating KV pools: %d stage(s), %d lanes, %s KV, %d threads, prefix cache %s",
-                    o.chain.topology_path.empty() ? o.chain.stages : 0, so_log.n_lanes, o.runtime.kv_type.c_str(), so_log.n_threads,
-                    o.runtime.kv_cache.c_str());
+    SKIPPY_LOG_INFO("allocating KV pools and the prefix cache: %d stage(s)%s, %d lanes, %s KV, %d threads, prefix cache %s",
+                    n_stages, o.chain.topology_path.empty() ? " in this process" : " (stage 0 in this process)", so_log.n_lanes,
+                    o.runtime.kv_type.c_str(), so_log.n_threads, o.runtime.kv_cache.c_str());
     auto made = make_pipeline(*file, o.chain, o.runtime, *chain);
     if (!made.is_ok()) return fail(made.error());
     transport::chain_pipeline & pipeline = **made;
@@ -90,14 +147,16 @@ int run_serve(const serve_options & o) {
         SKIPPY_LOG_WARN("listening on %s, not loopback: anyone who can reach it can use the server (no authentication)",
                         o.host.c_str());
     }
-    // Tests read the port from this line (--port 0 picks a free one).
-    SKIPPY_LOG_INFO("listening on http://%s:%d (model %s, stages %d, lanes %d, ctx %d, kv %s, threads %d, batch %d, "
-                    "queue %d, queue timeout %g s, max body %lld bytes, chat template %s, telemetry %s%s%s)",
-                    o.host.c_str(), server.port(), so.model_id.c_str(), pipeline.n_stages(), pipeline.n_lanes(), pipeline.ctx_size(),
-                    o.runtime.kv_type.c_str(), resolve_threads(o.runtime.threads), o.batch_size, o.queue, o.queue_timeout_s,
-                    static_cast<long long>(o.max_body_bytes), std::string(chat_template_family_name(chat_template)).c_str(),
-                    events ? o.runtime.telemetry_level.c_str() : "off", events ? " -> " : "",
-                    events ? o.runtime.telemetry_file.c_str() : "");
+    // The resolved configuration. Tests read the port from this line (--port 0 picks a
+    // free one) and check the rest.
+    const std::string topology_text = o.chain.topology_path.empty() ? "" : " from " + o.chain.topology_path;
+    SKIPPY_LOG_INFO("listening on http://%s:%d (model %s, stages %d%s, lanes %d, ctx %d, kv %s, threads %d, batch %d, "
+                    "queue %d, queue timeout %g s, max body %lld bytes, prefix cache %s, chat template %s, telemetry %s%s%s)",
+                    o.host.c_str(), server.port(), so.model_id.c_str(), pipeline.n_stages(), topology_text.c_str(),
+                    pipeline.n_lanes(), pipeline.ctx_size(), o.runtime.kv_type.c_str(), resolve_threads(o.runtime.threads),
+                    o.batch_size, o.queue, o.queue_timeout_s, static_cast<long long>(o.max_body_bytes), o.runtime.kv_cache.c_str(),
+                    std::string(chat_template_family_name(chat_template)).c_str(), events ? o.runtime.telemetry_level.c_str() : "off",
+                    events ? " -> " : "", events ? o.runtime.telemetry_file.c_str() : "");
 
     int signal_number = 0;
     sigwait(&stop_signals, &signal_number);

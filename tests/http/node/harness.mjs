@@ -91,3 +91,76 @@ export function assertErrorBody(assert, body, status) {
 export function havePromtool() {
   return spawnSync('promtool', ['--version']).status === 0;
 }
+
+// A TCP port free on 127.0.0.1 right now (the OS picks it; closed again before return).
+export async function freePort() {
+  const { createServer } = await import('node:net');
+  const srv = createServer();
+  await new Promise((resolve, reject) => srv.listen(0, '127.0.0.1', resolve).on('error', reject));
+  const { port } = srv.address();
+  await new Promise((resolve) => srv.close(resolve));
+  return port;
+}
+
+// Starts `skippy serve-stage --topology T --stage I` (extra flags in `args`); resolves
+// once its log line `waitFor` (a RegExp) appears, with the match.
+export async function startStage(topology, index, args = [], waitFor = /listening on/) {
+  const bin = process.env.SKIPPY_BINARY;
+  const child = spawn(bin, ['serve-stage', '--topology', topology, '--stage', String(index), '-t', '1', ...args], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr.setEncoding('utf8');
+  const match = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`stage ${index}: no ${waitFor} after 60 s:\n${stderr}`)), 60000);
+    child.stderr.on('data', (d) => {
+      stderr += d;
+      const m = stderr.match(waitFor);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m);
+      }
+    });
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`skippy serve-stage exited (${code}) before ${waitFor}:\n${stderr}`));
+    });
+  });
+  return {
+    match,
+    stderr: () => stderr,
+    async stop() {
+      if (child.exitCode !== null) throw new Error(`stage ${index} already exited (${child.exitCode}):\n${stderr}`);
+      const exited = once(child, 'exit');
+      child.kill('SIGTERM');
+      const [code] = await exited;
+      if (code !== 0) throw new Error(`skippy serve-stage exited with ${code} on SIGTERM:\n${stderr}`);
+    },
+  };
+}
+
+// The samples of a Prometheus text exposition: Map "name{labels}" -> number.
+export function parseMetrics(text) {
+  const out = new Map();
+  for (const line of text.split('\n')) {
+    if (line === '' || line.startsWith('#')) continue;
+    const i = line.lastIndexOf(' ');
+    out.set(line.slice(0, i), Number(line.slice(i + 1)));
+  }
+  return out;
+}
+
+// Runs `promtool check metrics` on `text` when promtool is installed; returns false
+// when it is not (a note, not the skip marker: the rest of the test still counts),
+// failing under CI.
+export function promtoolCheck(assert, text) {
+  if (!havePromtool()) {
+    if (inCi) assert.fail('promtool is missing (scripts/setup.sh installs Debian package prometheus)');
+    console.log('promtool not installed: exposition not linted (apt-get install --no-install-recommends prometheus)');
+    return false;
+  }
+  const check = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
+  assert.equal(check.status, 0, `promtool check metrics failed:\n${check.stdout}${check.stderr}`);
+  assert.equal((check.stdout + check.stderr).trim(), '', `promtool lint findings:\n${check.stdout}${check.stderr}`);
+  return true;
+}

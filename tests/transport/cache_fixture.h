@@ -167,32 +167,54 @@ inline cache::stage_cache * stage_cache_of(transport::chain_pipeline & p, int32_
     return host ? host->cache() : nullptr;
 }
 
-// Drops every resident and exact-state entry of one stage, as if evicted since they
-// were recorded (activation frames stay: a frame alone never skips compute). Call it on
-// the thread driving the stage's lane `session` while the stage's record worker is
-// idle: for stage 0 the test's own thread, for a server one of its events (see
-// forget_at_event).
-inline void forget_entries(cache::stage_cache & c, int32_t session = 0) {
-    // Asking for more blocks than any pool has evicts every unreferenced resident entry
-    // (demoting it into the exact-state tier), which then goes too.
+// Drops every resident entry of one stage, as if evicted since it was recorded: asking
+// for more blocks than any pool has evicts every unreferenced one (demoting it into the
+// exact-state tier when that has no entry for its path yet). Call it on the thread
+// driving the stage's lane `session`: for stage 0 the test's own thread, for a server
+// one of its events (see forget_at_event).
+inline void forget_resident(cache::stage_cache & c, int32_t session = 0) {
     (void)c.make_room_for_write(session, 0, int64_t{1} << 30);
-    auto & store = c.exact_store_for_testing();
-    for (auto id : store.entries_for_testing()) ASSERT_TRUE(store.evict(id).is_ok());
-    ASSERT_EQ(c.stats().index.n_entries[0] + c.stats().index.n_entries[1], 0) << "an entry survived";
+    ASSERT_EQ(c.stats().index.n_entries[static_cast<size_t>(cache::entry_kind::resident)], 0) << "a resident entry survived";
 }
 
-// Once, when stage `index` emits its first lookup decision starting with `prefix`
-// (e.g. "probe_": after it answered a probe, before the restore that follows), drops
-// that stage's entries: the chain saw them at probe time and misses them at restore.
-inline void forget_at_event(memory_sink & sink, transport::chain_pipeline & p, int32_t index, const std::string & prefix) {
-    cache::stage_cache * c = stage_cache_of(p, index);
-    ASSERT_NE(c, nullptr);
-    auto done = std::make_shared<std::atomic<bool>>(false);
-    sink.set_hook([c, index, prefix, done](const telemetry::event & e) {
-        if (e.stage != index || memory_sink::text_attr(e, "skippy.kv.decision").rfind(prefix, 0) != 0) return;
-        if (done->exchange(true)) return;
-        forget_entries(*c);
+// Drops every resident and exact-state entry of one stage (activation frames stay: a
+// frame alone never skips compute). Same thread rule as forget_resident; the stage's
+// record worker must be idle (wait_for_records).
+inline void forget_entries(cache::stage_cache & c, int32_t session = 0) {
+    forget_resident(c, session);
+    auto & store = c.exact_store_for_testing();
+    for (auto id : store.entries_for_testing()) ASSERT_TRUE(store.evict(id).is_ok());
+    ASSERT_EQ(c.stats().index.n_entries[static_cast<size_t>(cache::entry_kind::exact_state)], 0) << "an entry survived";
+}
+
+enum class forget_what : uint8_t { everything, resident };
+
+// Once per stage in `stages`, when that stage emits its first lookup decision starting
+// with `prefix` (e.g. "probe_": after it answered a probe, before the restore that
+// follows), drops its entries on its own thread: the chain saw them at probe time and
+// misses them at restore.
+inline void forget_at_event(memory_sink & sink, transport::chain_pipeline & p, std::vector<int32_t> stages, const std::string & prefix,
+                            forget_what what = forget_what::everything) {
+    std::vector<cache::stage_cache *> caches;
+    for (int32_t s : stages) {
+        caches.push_back(stage_cache_of(p, s));
+        ASSERT_NE(caches.back(), nullptr);
+    }
+    auto done = std::make_shared<std::vector<std::atomic<bool>>>(stages.size());
+    sink.set_hook([caches, stages, prefix, what, done](const telemetry::event & e) {
+        for (size_t i = 0; i < stages.size(); ++i) {
+            if (e.stage != stages[i] || memory_sink::text_attr(e, "skippy.kv.decision").rfind(prefix, 0) != 0) continue;
+            if ((*done)[i].exchange(true)) return;
+            if (what == forget_what::resident) {
+                forget_resident(*caches[i]);
+            } else {
+                forget_entries(*caches[i]);
+            }
+        }
     });
+}
+inline void forget_at_event(memory_sink & sink, transport::chain_pipeline & p, int32_t index, const std::string & prefix) {
+    forget_at_event(sink, p, std::vector<int32_t>{index}, prefix);
 }
 
 inline std::vector<token_id> tokens_of(int n, int salt) {

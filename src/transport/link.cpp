@@ -1,5 +1,6 @@
 #include "transport/link.h"
 
+#include <algorithm>
 #include <thread>
 
 namespace skippy::transport {
@@ -31,14 +32,51 @@ void stage_link::fail(uint64_t request_id, const status & st) {
     socket_.close();
 }
 
-status stage_link::read_frame(std::vector<uint8_t> & frame, clock::time_point deadline) {
-    if (!socket_.valid()) return make_error(error_code::unavailable, peer_name_ + ": not connected");
+namespace {
+
+// One frame off `socket`: waits until `deadline` for it to begin, then at most
+// options.frame_timeout for the rest. *peer_closed says whether a failure was a clean
+// close between frames.
+status read_frame_from(tcp_socket & socket, const link_options & options, std::vector<uint8_t> & frame, clock::time_point deadline,
+                       bool * peer_closed) {
+    *peer_closed = false;
+    // Between frames the lane may sit idle as long as the caller allows.
     uint8_t head[4];
-    SKIPPY_TRY(annotate(socket_.read_exact(head, deadline)));
-    SKIPPY_ASSIGN_OR_RETURN(uint32_t total, protocol::peek_frame_length(head, options_.limits));
+    status st = socket.read_exact(std::span<uint8_t>(head, 1), deadline);
+    if (!st.is_ok()) {
+        *peer_closed = st.message() == peer_closed_message;
+        return st;
+    }
+    // A frame has begun: the rest must follow promptly.
+    const auto frame_deadline = std::min(deadline, clock::now() + options.frame_timeout);
+    auto truncated = [&](const status & why, size_t got, size_t want) {
+        const std::string counts = std::to_string(got) + " of " + std::to_string(want) + " bytes";
+        if (why.message().find("timed out") != std::string::npos) {
+            return make_error(error_code::unavailable, "truncated frame: only " + counts + " arrived within " +
+                                                           std::to_string(options.frame_timeout.count()) + " ms");
+        }
+        if (why.message().rfind(peer_closed_message, 0) == 0) {
+            return make_error(error_code::unavailable, "truncated frame: the peer closed the connection after " + counts);
+        }
+        return make_error(why.code(), "truncated frame after " + counts + ": " + why.message());
+    };
+    size_t got = 0;
+    st = socket.read_exact(std::span<uint8_t>(head + 1, 3), frame_deadline, &got);
+    if (!st.is_ok()) return truncated(st, 1 + got, 4);
+    SKIPPY_ASSIGN_OR_RETURN(uint32_t total, protocol::peek_frame_length(head, options.limits));
     frame.resize(total);
     std::copy(head, head + 4, frame.begin());
-    return annotate(socket_.read_exact(std::span<uint8_t>(frame).subspan(4), deadline));
+    st = socket.read_exact(std::span<uint8_t>(frame).subspan(4), frame_deadline, &got);
+    if (!st.is_ok()) return truncated(st, 4 + got, total);
+    return status::ok();
+}
+
+}  // namespace
+
+status stage_link::read_frame(std::vector<uint8_t> & frame, clock::time_point deadline) {
+    peer_closed_ = false;
+    if (!socket_.valid()) return make_error(error_code::unavailable, peer_name_ + ": not connected");
+    return annotate(read_frame_from(socket_, options_, frame, deadline, &peer_closed_));
 }
 
 result<protocol::request> stage_link::read_request(clock::time_point deadline) {

@@ -25,6 +25,13 @@ struct link_options {
     std::chrono::milliseconds connect_timeout{5000};
     std::chrono::milliseconds handshake_timeout{5000};
     std::chrono::milliseconds reply_timeout{600000};  // waiting for a reply or a token
+    // Once a frame's first byte has arrived, the rest of it must arrive within this
+    // (a peer that stalls or closes mid-frame is an error, not an idle lane). Waiting
+    // for a frame to begin is bounded only by the caller's deadline.
+    std::chrono::milliseconds frame_timeout{10000};
+    // Accepted connections whose handshake is still running, per listener; more are
+    // closed at once, so a flood of silent dialers cannot exhaust threads.
+    int32_t                   max_pending_handshakes = 16;
 };
 
 class stage_link {
@@ -38,13 +45,18 @@ public:
     const std::string & peer_name() const { return peer_name_; }
     void close() { socket_.close(); }
     void shutdown() { socket_.shutdown(); }
+    // True when the last read failed because the peer closed the connection cleanly
+    // between frames (not an error: the lane is simply over). A close in the middle
+    // of a frame is a "truncated frame" error instead.
+    bool peer_closed() const { return peer_closed_; }
 
     status send_request(const protocol::request & r);
     status send_reply(const protocol::reply & r);
     // Best effort: an Error reply for `st`, then the link is closed.
     void fail(uint64_t request_id, const status & st);
 
-    // Reads one frame (blocking until the deadline).
+    // Reads one frame: waits until `deadline` for it to begin, then at most
+    // options.frame_timeout for the rest.
     result<protocol::request> read_request(clock::time_point deadline);
     result<protocol::reply> read_reply(clock::time_point deadline);
     clock::time_point reply_deadline() const { return clock::now() + options_.reply_timeout; }
@@ -57,6 +69,7 @@ private:
     tcp_socket   socket_;
     link_options options_;
     std::string  peer_name_;
+    bool         peer_closed_ = false;
 };
 
 // Dials `ep` and completes the handshake as `hello`.

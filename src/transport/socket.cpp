@@ -112,28 +112,36 @@ status tcp_socket::write_all(std::span<const uint8_t> data) {
     return status::ok();
 }
 
-status tcp_socket::read_exact(std::span<uint8_t> out, clock::time_point deadline) {
+status tcp_socket::read_exact(std::span<uint8_t> out, clock::time_point deadline, size_t * n_read) {
     size_t done = 0;
+    auto finish = [&](status st) {
+        if (n_read) *n_read = done;
+        return st;
+    };
     while (done < out.size()) {
         pollfd p{fd_, POLLIN, 0};
         int rc = ::poll(&p, 1, poll_timeout_ms(deadline));
         if (rc < 0) {
             if (errno == EINTR) continue;
-            return sys_error("poll failed");
+            return finish(sys_error("poll failed"));
         }
         if (rc == 0) {
-            if (clock::now() >= deadline) return make_error(error_code::unavailable, "timed out waiting for the peer");
+            if (clock::now() >= deadline) return finish(make_error(error_code::unavailable, "timed out waiting for the peer"));
             continue;
         }
         ssize_t n = ::recv(fd_, out.data() + done, out.size() - done, 0);
-        if (n == 0) return make_error(error_code::unavailable, "connection closed by the peer");
+        if (n == 0) {
+            if (done == 0) return finish(make_error(error_code::unavailable, std::string(peer_closed_message)));
+            return finish(make_error(error_code::unavailable, std::string(peer_closed_message) + " after " + std::to_string(done) + " of " +
+                                                                  std::to_string(out.size()) + " bytes"));
+        }
         if (n < 0) {
             if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
-            return sys_error("recv failed");
+            return finish(sys_error("recv failed"));
         }
         done += static_cast<size_t>(n);
     }
-    return status::ok();
+    return finish(status::ok());
 }
 
 result<tcp_socket> dial(const endpoint & ep, std::chrono::milliseconds timeout) {

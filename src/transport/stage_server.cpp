@@ -97,7 +97,9 @@ void stage_server::lane_worker::run() {
         }
         auto req = upstream_.read_request(upstream_.reply_deadline());
         if (!req.is_ok()) {
-            if (req.error().message().find("closed by the peer") == std::string::npos) failure = req.error();
+            // A close between frames ends the lane quietly; anything else (a truncated
+            // or malformed frame) is a failure, logged and answered below.
+            if (!upstream_.peer_closed()) failure = req.error();
             break;
         }
         current_request_ = req->request_id;

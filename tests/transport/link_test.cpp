@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
+
 #include <thread>
 
 namespace skippy::transport {
@@ -138,6 +140,83 @@ TEST(link, DialingNobodyFailsFast) {
     auto link = connect_link({"127.0.0.1", port}, protocol::hello{}, options_with_token(""), "stage 1 (127.0.0.1)");
     EXPECT_FALSE(link.is_ok());
     EXPECT_NE(link.error().message().find("stage 1"), std::string::npos);
+}
+
+// A connected pair past the handshake: `client` is the dialer's link, `server_socket`
+// the listener's raw end (the tests write hand-made bytes on it).
+struct linked_pair {
+    listener_fixture      f;
+    stage_link            client;
+    tcp_socket            server_socket;
+    explicit linked_pair(const link_options & client_options) {
+        acceptor a(f.listener, options_with_token(""), accept_all);
+        auto link = connect_link(f.ep, protocol::hello{}, client_options, "stage 2");
+        a.thread.join();
+        EXPECT_TRUE(link.is_ok());
+        if (link.is_ok()) client = std::move(link).value();
+        server_socket = std::move(a.socket);
+    }
+};
+
+std::vector<uint8_t> ack_frame() {
+    protocol::reply r;
+    r.kind = protocol::message_kind::ack;
+    r.request_id = 7;
+    return protocol::encode_reply(r);
+}
+
+TEST(link, ACloseBetweenFramesIsTheEndOfTheLink) {
+    linked_pair p(options_with_token(""));
+    ASSERT_TRUE(p.server_socket.write_all(ack_frame()).is_ok());
+    p.server_socket.close();
+    auto first = p.client.read_reply(clock::now() + std::chrono::seconds(10));
+    ASSERT_TRUE(first.is_ok()) << first.error().to_string();
+    auto second = p.client.read_reply(clock::now() + std::chrono::seconds(10));
+    ASSERT_FALSE(second.is_ok());
+    EXPECT_TRUE(p.client.peer_closed()) << second.error().to_string();
+}
+
+TEST(link, ACloseInTheMiddleOfAFrameIsATruncatedFrame) {
+    for (size_t cut : {size_t{2}, size_t{40}}) {  // inside the length field, inside the body
+        linked_pair p(options_with_token(""));
+        const auto frame = ack_frame();
+        ASSERT_TRUE(p.server_socket.write_all(std::span<const uint8_t>(frame).first(cut)).is_ok());
+        p.server_socket.close();
+        auto r = p.client.read_reply(clock::now() + std::chrono::seconds(10));
+        ASSERT_FALSE(r.is_ok());
+        EXPECT_FALSE(p.client.peer_closed()) << "a close mid-frame is not a clean end";
+        const std::string want = "truncated frame: the peer closed the connection after " + std::to_string(cut) + " of " +
+                                 std::to_string(cut < 4 ? 4 : frame.size()) + " bytes";
+        EXPECT_NE(r.error().message().find(want), std::string::npos) << r.error().to_string();
+        EXPECT_NE(r.error().message().find("stage 2"), std::string::npos) << "names the peer";
+    }
+}
+
+TEST(link, AFrameThatStallsTimesOutAfterTheFrameTimeoutNotTheCallersDeadline) {
+    link_options o = options_with_token("");
+    o.frame_timeout = std::chrono::milliseconds(200);
+    linked_pair p(o);
+    const auto frame = ack_frame();
+    ASSERT_TRUE(p.server_socket.write_all(std::span<const uint8_t>(frame).first(10)).is_ok());
+    // The caller would wait a minute for a frame to begin; a begun one gets 200 ms.
+    auto r = p.client.read_reply(clock::now() + std::chrono::seconds(60));
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.error().message().find("truncated frame: only 10 of " + std::to_string(frame.size()) + " bytes arrived within 200 ms"),
+              std::string::npos)
+        << r.error().to_string();
+}
+
+TEST(link, IdleWaitBetweenFramesIsNotBoundedByTheFrameTimeout) {
+    link_options o = options_with_token("");
+    o.frame_timeout = std::chrono::milliseconds(1);
+    linked_pair p(o);
+    // Nothing arrives: the caller's deadline, not the frame timeout, ends the wait.
+    auto r = p.client.read_reply(clock::now() + std::chrono::milliseconds(300));
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.error().message().find("timed out waiting for the peer"), std::string::npos) << r.error().to_string();
+    ASSERT_TRUE(p.server_socket.write_all(ack_frame()).is_ok());
+    auto later = p.client.read_reply(clock::now() + std::chrono::seconds(10));
+    EXPECT_TRUE(later.is_ok()) << later.error().to_string();
 }
 
 }  // namespace

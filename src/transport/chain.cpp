@@ -46,7 +46,7 @@ constexpr int32_t k_fallback_chunk_tokens = 512;
 chain_pipeline::chain_pipeline(std::unique_ptr<stage> stage0, std::unique_ptr<stage_cache_host> cache, topology topo,
                                tcp_listener return_listener, const chain_options & options)
     : stage_(std::move(stage0)), cache_(std::move(cache)), topo_(std::move(topo)), listener_(std::move(return_listener)),
-      options_(options) {
+      options_(options), handshakes_(options.link.max_pending_handshakes) {
     for (int32_t i = 0; i < stage_->n_lanes(); ++i) lanes_.push_back(std::make_unique<lane_state>(cache_.get(), i));
     if (!single_stage()) acceptor_ = std::thread([this] { accept_loop(); });
 }
@@ -55,42 +55,51 @@ chain_pipeline::~chain_pipeline() {
     stopping_.store(true);
     if (acceptor_.joinable()) acceptor_.join();
     listener_.close();
+    handshakes_.stop();
     for (auto & ls : lanes_) ls->forward.close();
     servers_.clear();  // stops the in-process stages
 }
 
-// Registers return links: the final stage dials stage 0 once per lane.
+// Registers return links: the final stage dials stage 0 once per lane. Each
+// handshake (hello, then PredictionReturnOpen) runs on a handshake thread, so a
+// silent dialer cannot hold up the next one.
 void chain_pipeline::accept_loop() {
-    const int32_t final_stage = topo_.n_stages() - 1;
     while (!stopping_.load()) {
         auto accepted = listener_.accept(std::chrono::milliseconds(100));
         if (!accepted.is_ok()) continue;
-        tcp_socket socket = std::move(accepted).value();
-        auto hello = answer_hello(socket, options_.link, [&](const protocol::hello & h) -> status {
-            if (h.link != protocol::link_kind::direct_return) return make_error(error_code::invalid_argument, "stage 0 takes return links only");
-            if (h.lane >= static_cast<uint32_t>(lanes_.size())) return make_error(error_code::invalid_argument, "no such lane");
-            if (h.sender_stage != static_cast<uint32_t>(final_stage)) {
-                return make_error(error_code::invalid_argument, "only the final stage (" + std::to_string(final_stage) + ") returns tokens");
-            }
-            return status::ok();
-        });
-        if (!hello.is_ok()) {
-            SKIPPY_LOG_WARN("stage 0: refused a return link: %s", hello.error().to_string().c_str());
-            continue;
+        if (!handshakes_.start(std::move(accepted).value(), [this](handshake_pool::pending & p) { register_return_link(p); })) {
+            SKIPPY_LOG_WARN("stage 0: closed a connection: %d handshakes already pending", options_.link.max_pending_handshakes);
         }
-        auto link = std::make_unique<stage_link>(std::move(socket), options_.link, "stage " + std::to_string(final_stage) + " (return)");
-        auto open = link->read_request(clock::now() + options_.link.handshake_timeout);
-        if (!open.is_ok() || open->kind != message_kind::prediction_return_open || open->session_id != hello->lane) {
-            SKIPPY_LOG_WARN("stage 0: return link for lane %u did not open properly", hello->lane);
-            continue;
-        }
-        lane_state & ls = *lanes_[hello->lane];
-        {
-            std::lock_guard<std::mutex> lock(ls.return_mutex);
-            ls.return_link = std::move(link);
-        }
-        ls.return_ready.notify_all();
     }
+}
+
+void chain_pipeline::register_return_link(handshake_pool::pending & p) {
+    const int32_t final_stage = topo_.n_stages() - 1;
+    auto hello = answer_hello(p.socket(), options_.link, [&](const protocol::hello & h) -> status {
+        if (h.link != protocol::link_kind::direct_return) return make_error(error_code::invalid_argument, "stage 0 takes return links only");
+        if (h.lane >= static_cast<uint32_t>(lanes_.size())) return make_error(error_code::invalid_argument, "no such lane");
+        if (h.sender_stage != static_cast<uint32_t>(final_stage)) {
+            return make_error(error_code::invalid_argument, "only the final stage (" + std::to_string(final_stage) + ") returns tokens");
+        }
+        return status::ok();
+    });
+    if (!hello.is_ok()) {
+        SKIPPY_LOG_WARN("stage 0: refused a return link: %s", hello.error().to_string().c_str());
+        return;
+    }
+    auto open = read_first_request(p.socket(), options_.link, clock::now() + options_.link.handshake_timeout);
+    if (!open.is_ok() || open->kind != message_kind::prediction_return_open || open->session_id != hello->lane) {
+        SKIPPY_LOG_WARN("stage 0: return link for lane %u did not open properly%s", hello->lane,
+                        open.is_ok() ? "" : (": " + open.error().to_string()).c_str());
+        return;
+    }
+    auto link = std::make_unique<stage_link>(p.take(), options_.link, "stage " + std::to_string(final_stage) + " (return)");
+    lane_state & ls = *lanes_[hello->lane];
+    {
+        std::lock_guard<std::mutex> lock(ls.return_mutex);
+        ls.return_link = std::move(link);
+    }
+    ls.return_ready.notify_all();
 }
 
 status chain_pipeline::fail_lane(int32_t lane, const status & st) {

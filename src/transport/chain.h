@@ -67,6 +67,7 @@ private:
     struct lane_state;
 
     void accept_loop();
+    void register_return_link(handshake_pool::pending & p);
     status fail_lane(int32_t lane, const status & st);
     status ensure_connected(int32_t lane);
     status read_forward_reply(lane_state & ls, uint64_t want_id, protocol::reply * out);
@@ -90,6 +91,7 @@ private:
     std::vector<std::unique_ptr<lane_state>>   lanes_;
     std::atomic<bool>                          stopping_{false};
     std::thread                                acceptor_;
+    handshake_pool                             handshakes_;
     std::vector<std::unique_ptr<stage_server>> servers_;
 };
 

@@ -95,6 +95,13 @@ result<protocol::reply> stage_link::read_reply(clock::time_point deadline) {
     return r;
 }
 
+result<protocol::request> read_first_request(tcp_socket & socket, const link_options & options, clock::time_point deadline) {
+    std::vector<uint8_t> frame;
+    bool peer_closed = false;
+    SKIPPY_TRY(read_frame_from(socket, options, frame, deadline, &peer_closed));
+    return protocol::decode_request(frame, options.limits);
+}
+
 result<stage_link> connect_link(const endpoint & ep, protocol::hello hello, const link_options & options,
                                 const std::string & peer_name) {
     auto dialed = dial(ep, options.connect_timeout);
@@ -158,6 +165,61 @@ result<protocol::hello> answer_hello(tcp_socket & socket, const link_options & o
     }
     SKIPPY_TRY(socket.write_all(protocol::encode_hello_reply(protocol::hello_reply{})));
     return hello;
+}
+
+tcp_socket handshake_pool::pending::take() {
+    std::lock_guard<std::mutex> lock(pool_->mutex_);
+    return std::move(socket_);
+}
+
+bool handshake_pool::start(tcp_socket socket, std::function<void(pending &)> handshake) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reap_locked();
+    if (stopped_ || static_cast<int32_t>(running_.size()) >= max_pending_) return false;  // `socket` closes here
+    auto p = std::make_unique<pending>();
+    p->pool_ = this;
+    p->socket_ = std::move(socket);
+    pending * raw = p.get();
+    running_.push_back(std::move(p));
+    raw->thread_ = std::thread([this, raw, handshake = std::move(handshake)] {
+        handshake(*raw);
+        std::lock_guard<std::mutex> done_lock(mutex_);
+        raw->socket_.close();  // unless taken
+        raw->done_ = true;
+    });
+    return true;
+}
+
+void handshake_pool::reap_locked() {
+    for (auto it = running_.begin(); it != running_.end();) {
+        if ((*it)->done_) {
+            (*it)->thread_.join();  // it only has to return
+            it = running_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+}
+
+int32_t handshake_pool::n_pending() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reap_locked();
+    return static_cast<int32_t>(running_.size());
+}
+
+void handshake_pool::stop() {
+    std::list<std::unique_ptr<pending>> all;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stopped_ = true;
+        for (auto & p : running_) {
+            if (!p->done_) p->socket_.shutdown();
+        }
+        all.swap(running_);
+    }
+    for (auto & p : all) {
+        if (p->thread_.joinable()) p->thread_.join();
+    }
 }
 
 }  // namespace skippy::transport

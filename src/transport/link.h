@@ -11,9 +11,13 @@
 #include "transport/socket.h"
 
 #include <chrono>
-#include <functional>
 #include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace skippy::transport {
@@ -76,10 +80,58 @@ private:
 result<stage_link> connect_link(const endpoint & ep, protocol::hello hello, const link_options & options,
                                 const std::string & peer_name);
 
+// Reads one request frame from a socket that is not a stage_link yet (the first frame
+// of a direct_return link, read during its handshake). Same bounds as read_request.
+result<protocol::request> read_first_request(tcp_socket & socket, const link_options & options, clock::time_point deadline);
+
 // Reads a dialer's hello on an accepted socket and answers it: version and auth are
 // checked here (refused peers get a hello_reply with the reason, then a close).
 // `accept_hello` decides the rest (lane range, link kind): return ok to accept.
 result<protocol::hello> answer_hello(tcp_socket & socket, const link_options & options,
                                      const std::function<status(const protocol::hello &)> & accept_hello);
+
+// Runs the handshakes of accepted connections off the accept thread, one short-lived
+// thread each, so a silent dialer cannot hold up the next one. At most `max_pending`
+// run at once; start() closes connections beyond that.
+class handshake_pool {
+public:
+    // A connection whose handshake is running.
+    class pending {
+    public:
+        tcp_socket & socket() { return socket_; }
+        // Hands the socket on (to a lane, after its handshake succeeded); stop() no
+        // longer touches it. Thread-safe against stop().
+        tcp_socket take();
+
+    private:
+        friend class handshake_pool;
+        handshake_pool * pool_ = nullptr;
+        tcp_socket       socket_;
+        bool             done_ = false;  // under pool_->mutex_
+        std::thread      thread_;
+    };
+
+    explicit handshake_pool(int32_t max_pending) : max_pending_(max_pending) {}
+    ~handshake_pool() { stop(); }
+    handshake_pool(const handshake_pool &) = delete;
+    handshake_pool & operator=(const handshake_pool &) = delete;
+
+    // Runs `handshake` on its own thread with the connection; the socket is closed
+    // when it returns unless it was taken. False (and the socket closed) when
+    // max_pending handshakes are already running or the pool is stopped.
+    bool start(tcp_socket socket, std::function<void(pending &)> handshake);
+    // Shuts down the sockets of running handshakes (their reads fail at once) and
+    // joins every thread. Later start() calls refuse.
+    void stop();
+    int32_t n_pending();
+
+private:
+    void reap_locked();  // joins finished threads; REQUIRES: mutex_ held
+
+    const int32_t                       max_pending_;
+    std::mutex                          mutex_;
+    bool                                stopped_ = false;
+    std::list<std::unique_ptr<pending>> running_;
+};
 
 }  // namespace skippy::transport

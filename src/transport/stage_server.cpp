@@ -452,7 +452,7 @@ status stage_server::lane_worker::forward_sync(protocol::request fwd, protocol::
 stage_server::stage_server(std::unique_ptr<stage> st, std::unique_ptr<stage_cache_host> cache, int32_t stage_index, topology topo,
                            tcp_listener listener, const chain_options & options)
     : stage_(std::move(st)), cache_(std::move(cache)), stage_index_(stage_index), topo_(std::move(topo)),
-      listener_(std::move(listener)), options_(options) {
+      listener_(std::move(listener)), options_(options), handshakes_(options.link.max_pending_handshakes) {
     for (int32_t i = 0; i < stage_->n_lanes(); ++i) lanes_.push_back(std::make_unique<lane_slot>());
 }
 
@@ -466,6 +466,7 @@ void stage_server::stop() {
     if (stopping_.exchange(true)) return;
     if (acceptor_.joinable()) acceptor_.join();
     listener_.close();
+    handshakes_.stop();  // no lane starts after this
     for (auto & slot : lanes_) {
         {
             std::lock_guard<std::mutex> lock(slot->mutex);
@@ -480,31 +481,40 @@ void stage_server::accept_loop() {
     while (!stopping_.load()) {
         auto accepted = listener_.accept(std::chrono::milliseconds(100));
         if (!accepted.is_ok()) continue;
-        tcp_socket socket = std::move(accepted).value();
-        auto hello = answer_hello(socket, options_.link, [&](const protocol::hello & h) -> status {
-            if (h.link != protocol::link_kind::forward) {
-                return make_error(error_code::invalid_argument, "stage " + std::to_string(stage_index_) + " takes forward links only");
+        // The hello is read on a handshake thread: a dialer that says nothing must not
+        // hold up the next connection.
+        const bool started = handshakes_.start(std::move(accepted).value(), [this](handshake_pool::pending & p) {
+            auto hello = answer_hello(p.socket(), options_.link, [&](const protocol::hello & h) -> status {
+                if (h.link != protocol::link_kind::forward) {
+                    return make_error(error_code::invalid_argument, "stage " + std::to_string(stage_index_) + " takes forward links only");
+                }
+                if (h.lane >= static_cast<uint32_t>(stage_->n_lanes())) {
+                    return make_error(error_code::invalid_argument, "lane " + std::to_string(h.lane) + " does not exist (this stage has " +
+                                                                        std::to_string(stage_->n_lanes()) + " lanes)");
+                }
+                if (h.sender_stage + 1 != static_cast<uint32_t>(stage_index_)) {
+                    return make_error(error_code::invalid_argument, "stage " + std::to_string(h.sender_stage) + " is not upstream of stage " +
+                                                                        std::to_string(stage_index_));
+                }
+                return status::ok();
+            });
+            if (!hello.is_ok()) {
+                SKIPPY_LOG_WARN("stage %d: refused a connection: %s", stage_index_, hello.error().to_string().c_str());
+                return;
             }
-            if (h.lane >= static_cast<uint32_t>(stage_->n_lanes())) {
-                return make_error(error_code::invalid_argument, "lane " + std::to_string(h.lane) + " does not exist (this stage has " +
-                                                                    std::to_string(stage_->n_lanes()) + " lanes)");
-            }
-            if (h.sender_stage + 1 != static_cast<uint32_t>(stage_index_)) {
-                return make_error(error_code::invalid_argument, "stage " + std::to_string(h.sender_stage) + " is not upstream of stage " +
-                                                                    std::to_string(stage_index_));
-            }
-            return status::ok();
+            start_lane(static_cast<int32_t>(hello->lane), stage_link(p.take(), options_.link, "stage " + std::to_string(stage_index_ - 1)));
         });
-        if (!hello.is_ok()) {
-            SKIPPY_LOG_WARN("stage %d: refused a connection: %s", stage_index_, hello.error().to_string().c_str());
-            continue;
+        if (!started) {
+            SKIPPY_LOG_WARN("stage %d: closed a connection: %d handshakes already pending", stage_index_,
+                            options_.link.max_pending_handshakes);
         }
-        start_lane(static_cast<int32_t>(hello->lane), stage_link(std::move(socket), options_.link, "stage " + std::to_string(stage_index_ - 1)));
     }
 }
 
 void stage_server::start_lane(int32_t lane, stage_link upstream) {
     lane_slot & slot = *lanes_[static_cast<size_t>(lane)];
+    std::lock_guard<std::mutex> start_lock(slot.start_mutex);
+    if (stopping_.load()) return;
     {
         // A new connection for a lane replaces the old one (stage 0 rebuilt the lane).
         std::lock_guard<std::mutex> lock(slot.mutex);

@@ -52,6 +52,7 @@ public:
 
 private:
     struct lane_slot {
+        std::mutex   start_mutex;  // serializes replacing the lane's worker (handshakes run concurrently)
         std::mutex   mutex;
         std::thread  worker;
         stage_link * upstream = nullptr;  // owned by the worker; shut down on replacement
@@ -70,6 +71,7 @@ private:
     chain_options                     options_;
     std::atomic<bool>                 stopping_{false};
     std::thread                       acceptor_;
+    handshake_pool                    handshakes_;
     std::vector<std::unique_ptr<lane_slot>> lanes_;
 };
 

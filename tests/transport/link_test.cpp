@@ -5,6 +5,8 @@
 
 #include <sys/socket.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <thread>
 
 namespace skippy::transport {
@@ -217,6 +219,50 @@ TEST(link, IdleWaitBetweenFramesIsNotBoundedByTheFrameTimeout) {
     ASSERT_TRUE(p.server_socket.write_all(ack_frame()).is_ok());
     auto later = p.client.read_reply(clock::now() + std::chrono::seconds(10));
     EXPECT_TRUE(later.is_ok()) << later.error().to_string();
+}
+
+TEST(handshake_pool, RefusesConnectionsOverTheCapAndStopInterruptsPendingOnes) {
+    listener_fixture f;
+    handshake_pool pool(1);
+    std::mutex m;
+    std::condition_variable cv;
+    bool reading = false;
+    status outcome;
+    auto c1 = dial(f.ep, std::chrono::milliseconds(2000));
+    ASSERT_TRUE(c1.is_ok());
+    auto s1 = f.listener.accept(std::chrono::milliseconds(2000));
+    ASSERT_TRUE(s1.is_ok());
+    ASSERT_TRUE(pool.start(std::move(s1).value(), [&](handshake_pool::pending & p) {
+        {
+            std::lock_guard<std::mutex> lock(m);
+            reading = true;
+        }
+        cv.notify_all();
+        uint8_t byte = 0;
+        status st = p.socket().read_exact(std::span<uint8_t>(&byte, 1), clock::now() + std::chrono::minutes(10));
+        std::lock_guard<std::mutex> lock(m);
+        outcome = st;
+    }));
+    {
+        std::unique_lock<std::mutex> lock(m);
+        cv.wait(lock, [&] { return reading; });
+    }
+    EXPECT_EQ(pool.n_pending(), 1);
+
+    auto c2 = dial(f.ep, std::chrono::milliseconds(2000));
+    ASSERT_TRUE(c2.is_ok());
+    auto s2 = f.listener.accept(std::chrono::milliseconds(2000));
+    ASSERT_TRUE(s2.is_ok());
+    bool ran = false;
+    EXPECT_FALSE(pool.start(std::move(s2).value(), [&](handshake_pool::pending &) { ran = true; })) << "over the cap";
+    uint8_t byte = 0;
+    status refused = c2->read_exact(std::span<uint8_t>(&byte, 1), clock::now() + std::chrono::seconds(10));
+    EXPECT_EQ(refused.message(), peer_closed_message) << "the connection over the cap is closed at once";
+
+    pool.stop();  // would otherwise wait out the 10-minute read
+    EXPECT_FALSE(outcome.is_ok()) << "stop() ends the pending read";
+    EXPECT_FALSE(ran);
+    EXPECT_EQ(pool.n_pending(), 0);
 }
 
 }  // namespace

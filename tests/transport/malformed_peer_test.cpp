@@ -1,7 +1,11 @@
-// A live stage server fed hostile bytes: every bad frame closes that connection with
-// an error (never a crash or a hang), and the server keeps serving good lanes.
+// A live stage server (and stage 0's return listener) fed hostile bytes: every bad
+// frame gets an Error reply naming the problem and then a close, every bad hello a
+// refusal with its reason (or, when it is not our protocol at all, a bare close) —
+// never a crash or a hang — and the server keeps serving a good client afterwards.
 #include "../model/model_fixture.h"
 #include "chain_fixture.h"
+
+#include <sys/socket.h>
 
 #include <thread>
 
@@ -11,8 +15,21 @@ namespace {
 using namespace std::chrono_literals;
 using transport::clock;
 
+// Longer than any timeout the servers below use unless a test says otherwise, and far
+// shorter than the 600 s reply timeout a stalled frame used to hold a lane for.
+constexpr auto k_answer_wait = 15s;
+
 class malformed_peer : public ::testing::Test {
 protected:
+    // Options of the stage 1 server and of stage 0 (the chain): fixtures below vary them.
+    virtual transport::chain_options server_options() const {
+        transport::chain_options o;
+        o.link.handshake_timeout = 2s;
+        o.link.frame_timeout = 1s;
+        return o;
+    }
+    virtual transport::chain_options chain_options() const { return {}; }
+
     void SetUp() override {
         synthetic_model_options o;
         o.n_embd = 64; o.n_layer = 2; o.n_head = 4; o.n_head_kv = 2; o.n_ff = 128; o.n_vocab = 300;
@@ -34,38 +51,66 @@ protected:
         so.layers = {1, 2};
         auto st = stage::load(file_, so);
         ASSERT_TRUE(st.is_ok());
-        server_ = std::make_unique<transport::stage_server>(std::move(st).value(), nullptr, 1, topo_, std::move(l1).value(), transport::chain_options{});
+        server_ = std::make_unique<transport::stage_server>(std::move(st).value(), nullptr, 1, topo_, std::move(l1).value(), server_options());
         server_->start();
         so.layers = {0, 1};
         auto st0 = stage::load(file_, so);
         ASSERT_TRUE(st0.is_ok());
-        chain_ = std::make_unique<transport::chain_pipeline>(std::move(st0).value(), nullptr, topo_, std::move(l0).value(), transport::chain_options{});
+        chain_ = std::make_unique<transport::chain_pipeline>(std::move(st0).value(), nullptr, topo_, std::move(l0).value(), chain_options());
     }
 
-    // A raw connection to the stage server, past a valid handshake when asked.
-    transport::tcp_socket raw(bool handshake, uint32_t lane = 1) {
-        auto s = transport::dial(topo_.stages[1].address, 2000ms);
-        EXPECT_TRUE(s.is_ok());
-        if (!handshake) return std::move(s).value();
+    transport::tcp_socket dial(int stage = 1) {
+        auto s = transport::dial(topo_.stages[static_cast<size_t>(stage)].address, 2000ms);
+        EXPECT_TRUE(s.is_ok()) << s.error().to_string();
+        return s.is_ok() ? std::move(s).value() : transport::tcp_socket{};
+    }
+
+    // The server's hello_reply to `h`.
+    protocol::hello_reply hello_answer(transport::tcp_socket & s, const protocol::hello & h) {
+        EXPECT_TRUE(s.write_all(protocol::encode_hello(h)).is_ok());
+        const auto deadline = clock::now() + k_answer_wait;
+        std::vector<uint8_t> reply(protocol::hello_reply_fixed_bytes);
+        status st = s.read_exact(reply, deadline);
+        EXPECT_TRUE(st.is_ok()) << "no hello_reply: " << st.to_string();
+        auto len = protocol::peek_hello_reply_length(reply, {});
+        EXPECT_TRUE(len.is_ok());
+        if (!st.is_ok() || !len.is_ok()) return {};
+        reply.resize(*len);
+        EXPECT_TRUE(s.read_exact(std::span<uint8_t>(reply).subspan(protocol::hello_reply_fixed_bytes), deadline).is_ok());
+        auto decoded = protocol::decode_hello_reply(reply, {});
+        EXPECT_TRUE(decoded.is_ok());
+        return decoded.is_ok() ? *decoded : protocol::hello_reply{};
+    }
+
+    // A raw connection to stage 1, past a valid handshake for `lane`.
+    transport::tcp_socket connected(uint32_t lane = 1) {
+        auto s = dial();
         protocol::hello h;
         h.lane = lane;
-        EXPECT_TRUE(s->write_all(protocol::encode_hello(h)).is_ok());
-        std::vector<uint8_t> reply(protocol::hello_reply_fixed_bytes);
-        EXPECT_TRUE(s->read_exact(reply, clock::now() + 2s).is_ok());
-        auto decoded = protocol::decode_hello_reply(reply, {});
-        EXPECT_TRUE(decoded.is_ok() && decoded->status == protocol::hello_status::ok);
-        return std::move(s).value();
+        EXPECT_EQ(hello_answer(s, h).status, protocol::hello_status::ok);
+        return s;
     }
 
-    // Reads until the server closes the connection; true when it did within 5 s.
-    static bool closed_by_server(transport::tcp_socket & s) {
-        const auto deadline = clock::now() + 15s;  // beyond the 5 s handshake timeout
-        uint8_t buf[4096];
-        while (clock::now() < deadline) {
-            status st = s.read_exact(std::span<uint8_t>(buf, 1), deadline);
-            if (!st.is_ok()) return st.message().find("timed out") == std::string::npos;
-        }
-        return false;
+    // The server closes the connection without sending a byte.
+    static void expect_close_without_reply(transport::tcp_socket & s) {
+        uint8_t byte = 0;
+        size_t got = 0;
+        status st = s.read_exact(std::span<uint8_t>(&byte, 1), clock::now() + k_answer_wait, &got);
+        ASSERT_FALSE(st.is_ok()) << "the server sent a reply";
+        EXPECT_EQ(st.message(), transport::peer_closed_message) << "not closed within the wait: " << st.to_string();
+    }
+
+    // The server answers with an Error reply whose message names `problem`, then closes.
+    static void expect_error_then_close(transport::tcp_socket s, const std::string & problem) {
+        transport::stage_link link(std::move(s), {}, "stage 1");
+        auto r = link.read_reply(clock::now() + k_answer_wait);
+        ASSERT_TRUE(r.is_ok()) << "no reply: " << r.error().to_string();
+        ASSERT_EQ(r->kind, protocol::message_kind::error);
+        const status reason = protocol::error_reply_status(*r);
+        EXPECT_NE(reason.message().find(problem), std::string::npos) << reason.to_string();
+        auto after = link.read_reply(clock::now() + k_answer_wait);
+        EXPECT_FALSE(after.is_ok()) << "a second reply after the Error";
+        EXPECT_TRUE(link.peer_closed()) << "not closed after the Error: " << after.error().to_string();
     }
 
     void expect_server_still_serves() {
@@ -79,25 +124,45 @@ protected:
     std::unique_ptr<transport::chain_pipeline>     chain_;
 };
 
-TEST_F(malformed_peer, GarbageInsteadOfAHelloIsDropped) {
-    auto s = raw(false);
-    std::vector<uint8_t> junk(64, 0xab);
+TEST_F(malformed_peer, GarbageInsteadOfAHelloIsClosedWithoutAReply) {
+    // Not our protocol at all (bad magic): docs/protocol.md says close, no reply.
+    auto s = dial();
+    std::vector<uint8_t> junk(protocol::hello_prefix_bytes, 0xab);
     ASSERT_TRUE(s.write_all(junk).is_ok());
-    EXPECT_TRUE(closed_by_server(s));
+    expect_close_without_reply(s);
     expect_server_still_serves();
 }
 
-TEST_F(malformed_peer, BadHellosAreRefused) {
+TEST_F(malformed_peer, BadHellosAreRefusedWithTheirReason) {
+    struct bad_hello {
+        protocol::hello hello;
+        std::string     problem;
+    };
+    std::vector<bad_hello> cases;
     for (uint32_t lane : {2u, 99u}) {  // lanes that do not exist
-        auto s = transport::dial(topo_.stages[1].address, 2000ms);
-        ASSERT_TRUE(s.is_ok());
         protocol::hello h;
         h.lane = lane;
-        ASSERT_TRUE(s->write_all(protocol::encode_hello(h)).is_ok());
-        EXPECT_TRUE(closed_by_server(*s));
+        cases.push_back({h, "lane " + std::to_string(lane) + " does not exist"});
     }
-    auto silent = raw(false);  // connects and says nothing: the handshake times out
-    EXPECT_TRUE(closed_by_server(silent));
+    protocol::hello wrong_kind;
+    wrong_kind.link = protocol::link_kind::direct_return;
+    cases.push_back({wrong_kind, "takes forward links only"});
+    protocol::hello wrong_sender;
+    wrong_sender.sender_stage = 1;
+    cases.push_back({wrong_sender, "is not upstream of stage 1"});
+    for (const auto & c : cases) {
+        auto s = dial();
+        const auto answer = hello_answer(s, c.hello);
+        EXPECT_EQ(answer.status, protocol::hello_status::bad_request) << c.problem;
+        EXPECT_NE(answer.reason.find(c.problem), std::string::npos) << answer.reason;
+        expect_close_without_reply(s);  // nothing after the refusal
+    }
+    expect_server_still_serves();
+}
+
+TEST_F(malformed_peer, SilentDialerIsClosedAfterTheHandshakeTimeout) {
+    auto silent = dial();
+    expect_close_without_reply(silent);
     expect_server_still_serves();
 }
 
@@ -115,36 +180,75 @@ std::vector<uint8_t> valid_prefill_frame() {
     return protocol::encode_request(r);
 }
 
-TEST_F(malformed_peer, BadFramesCloseTheConnection) {
-    std::vector<std::vector<uint8_t>> frames;
-    frames.push_back({0xff, 0xff, 0xff, 0x7f, 1, 0});  // length over the limit
-    frames.push_back({10, 0, 0, 0, 1, 0});              // length under the minimum
+constexpr size_t k_token_count_offset = 4 + 2 + 2 + 8 + 8 + 8;
+
+TEST_F(malformed_peer, BadFramesGetAnErrorNamingTheProblemThenAClose) {
+    struct bad_frame {
+        std::string          name;
+        std::vector<uint8_t> bytes;  // exactly what the server reads before it refuses
+        std::string          problem;
+    };
+    std::vector<bad_frame> cases;
+    cases.push_back({"length over the limit", {0xff, 0xff, 0xff, 0x7f}, "exceeds max_frame_bytes"});
+    cases.push_back({"length under the minimum", {10, 0, 0, 0}, "below the minimum frame"});
     auto unknown_kind = valid_prefill_frame();
     unknown_kind[4] = 99;
-    frames.push_back(unknown_kind);
-    auto truncated = valid_prefill_frame();
-    truncated.resize(truncated.size() / 2);  // then the peer goes away
-    frames.push_back(truncated);
+    cases.push_back({"unknown kind", unknown_kind, "99"});
     auto bad_count = valid_prefill_frame();
-    bad_count[4 + 2 + 2 + 8 + 8 + 8] = 0xff;  // token_count field
-    frames.push_back(bad_count);
-    frames.push_back(valid_prefill_frame());  // valid bytes, but no ConfigureGeneration first on a final stage
-    for (size_t i = 0; i < frames.size(); ++i) {
-        auto s = raw(true);
-        ASSERT_TRUE(s.write_all(frames[i]).is_ok());
-        if (i == 3) s.shutdown();
-        EXPECT_TRUE(i == 3 || closed_by_server(s)) << "frame " << i;
+    const uint32_t too_many = protocol::protocol_limits{}.max_tokens_per_message + 1;
+    for (size_t i = 0; i < 4; ++i) bad_count[k_token_count_offset + i] = static_cast<uint8_t>(too_many >> (8 * i));
+    cases.push_back({"token count over the limit", bad_count, "exceeds max_tokens_per_message"});
+    // Valid bytes, but the final stage needs ConfigureGeneration first.
+    cases.push_back({"prefill before configure", valid_prefill_frame(), "before ConfigureGeneration"});
+    for (auto & c : cases) {
+        SCOPED_TRACE(c.name);
+        auto s = connected();
+        ASSERT_TRUE(s.write_all(c.bytes).is_ok());
+        expect_error_then_close(std::move(s), c.problem);
     }
     expect_server_still_serves();
 }
 
+TEST_F(malformed_peer, AFrameCutShortByACloseIsAnErrorNotAnIdleEnd) {
+    auto s = connected();
+    auto frame = valid_prefill_frame();
+    frame.resize(frame.size() / 2);
+    ASSERT_TRUE(s.write_all(frame).is_ok());
+    ASSERT_EQ(::shutdown(s.fd(), SHUT_WR), 0);  // the peer stops sending; it can still read the reason
+    expect_error_then_close(std::move(s), "truncated frame: the peer closed the connection after " +
+                                              std::to_string(frame.size()) + " of " + std::to_string(frame.size() * 2));
+    expect_server_still_serves();
+}
+
+TEST_F(malformed_peer, AFrameThatStallsHalfwayTimesOut) {
+    // The server's frame_timeout is 1 s: the rest of a begun frame must come by then,
+    // instead of the lane waiting out the 600 s reply timeout.
+    auto s = connected();
+    auto frame = valid_prefill_frame();
+    frame.resize(frame.size() / 2);
+    ASSERT_TRUE(s.write_all(frame).is_ok());
+    expect_error_then_close(std::move(s), "truncated frame: only " + std::to_string(frame.size()) + " of " +
+                                              std::to_string(frame.size() * 2) + " bytes arrived within 1000 ms");
+    expect_server_still_serves();
+}
+
 TEST_F(malformed_peer, MismatchedActivationIsRefused) {
+    auto s = connected();
     protocol::request cfg;
     cfg.kind = protocol::message_kind::configure_generation;
+    cfg.request_id = 1;
     cfg.state.phase = protocol::message_phase::control;
     cfg.generation = protocol::generation_config{};
+    ASSERT_TRUE(s.write_all(protocol::encode_request(cfg)).is_ok());
+    // The final stage dials stage 0's return link before it acks.
+    transport::stage_link link(std::move(s), {}, "stage 1");
+    auto ack = link.read_reply(clock::now() + k_answer_wait);
+    ASSERT_TRUE(ack.is_ok()) << ack.error().to_string();
+    ASSERT_EQ(ack->kind, protocol::message_kind::ack) << protocol::error_reply_status(*ack).to_string();
+
     protocol::request pre;
     pre.kind = protocol::message_kind::prefill;
+    pre.request_id = 2;
     pre.state.phase = protocol::message_phase::prefill;
     pre.state.prompt_token_count = 1;
     pre.tokens = {1};
@@ -153,9 +257,60 @@ TEST_F(malformed_peer, MismatchedActivationIsRefused) {
     a.n_embd = 32;  // the model is 64 wide
     a.values.assign(32, 0.0f);
     pre.activation = a;
-    auto s = raw(true);
-    ASSERT_TRUE(s.write_all(protocol::encode_request(pre)).is_ok());
-    EXPECT_TRUE(closed_by_server(s));
+    ASSERT_TRUE(link.send_request(pre).is_ok());
+    auto r = link.read_reply(clock::now() + k_answer_wait);
+    ASSERT_TRUE(r.is_ok()) << r.error().to_string();
+    ASSERT_EQ(r->kind, protocol::message_kind::error);
+    EXPECT_EQ(r->request_id, 2u);
+    const status reason = protocol::error_reply_status(*r);
+    EXPECT_NE(reason.message().find("activation width 32 but the model's is 64"), std::string::npos) << reason.to_string();
+    auto after = link.read_reply(clock::now() + k_answer_wait);
+    EXPECT_FALSE(after.is_ok());
+    EXPECT_TRUE(link.peer_closed()) << after.error().to_string();
+    expect_server_still_serves();
+}
+
+// Handshakes run off the accept thread: a dialer that says nothing, holding its
+// connection open far longer than the other side's handshake timeout, must not keep
+// a real request from getting through.
+class silent_dialer_at_stage_1 : public malformed_peer {
+protected:
+    transport::chain_options server_options() const override {
+        transport::chain_options o;
+        o.link.handshake_timeout = 120s;  // the silent dialer would hold an accept thread this long
+        return o;
+    }
+    // Stage 0's own handshake with stage 1 gives up after the default 5 s.
+};
+
+TEST_F(silent_dialer_at_stage_1, DoesNotStallARealRequest) {
+    auto silent = dial(1);
+    auto half_hello = dial(1);
+    const auto hello = protocol::encode_hello(protocol::hello{});
+    ASSERT_TRUE(half_hello.write_all(std::span<const uint8_t>(hello).first(8)).is_ok());
+    expect_server_still_serves();
+}
+
+class silent_dialer_at_stage_0 : public malformed_peer {
+protected:
+    transport::chain_options chain_options() const override {
+        transport::chain_options o;
+        o.link.handshake_timeout = 120s;  // stage 0's acceptor would wait this long
+        return o;
+    }
+    // Stage 1 dials the return link with the default 5 s handshake timeout.
+    transport::chain_options server_options() const override { return {}; }
+};
+
+TEST_F(silent_dialer_at_stage_0, DoesNotStallTheReturnLink) {
+    auto silent = dial(0);
+    // A valid return-link hello, then no PredictionReturnOpen.
+    auto no_open = dial(0);
+    protocol::hello h;
+    h.link = protocol::link_kind::direct_return;
+    h.lane = 1;
+    h.sender_stage = 1;
+    ASSERT_EQ(hello_answer(no_open, h).status, protocol::hello_status::ok);
     expect_server_still_serves();
 }
 

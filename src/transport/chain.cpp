@@ -180,12 +180,19 @@ status chain_pipeline::read_forward_reply(lane_state & ls, uint64_t want_id, pro
 }
 
 // The return link closed: a stage that failed closed its links and sent its reason
-// upstream, hop by hop. Prefer that reason when it arrives shortly.
+// upstream, hop by hop. Prefer that reason when it arrives shortly. When the forward
+// link closes too without a reason, stage 1 itself is gone: a dead stage sends
+// nothing, and the final stage only saw its own upstream close, so blaming the return
+// link would name the wrong stage. Only a forward link that stays open (stage 1
+// alive, no reason within 2 s) leaves the return link's failure as the answer.
 status chain_pipeline::upstream_reason(lane_state & ls, const status & fallback) {
     const auto deadline = clock::now() + std::chrono::seconds(2);
     while (ls.forward.connected()) {
         auto r = ls.forward.read_reply(deadline);
-        if (!r.is_ok()) return fallback;
+        if (!r.is_ok()) {
+            if (r.error().message().find("timed out") != std::string::npos) return fallback;
+            return r.error();  // the nearest failed stage: stage 1
+        }
         if (r->kind == message_kind::error) return protocol::error_reply_status(*r);
     }
     return fallback;

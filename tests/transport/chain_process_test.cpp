@@ -5,7 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <fstream>
 #include <thread>
 
@@ -107,19 +108,42 @@ TEST_F(chain_process, KillingAMiddleStageFailsTheRequestAndARestartRecovers) {
     req.prompt = prompt;
     req.max_tokens = 1000;
     req.sampling.temperature = 0;
-    std::atomic<int> produced{0};
-    req.on_token = [&](token_id) { ++produced; return true; };
+    std::mutex m;
+    std::condition_variable cv;
+    int produced = 0;
+    bool finished = false;
+    req.on_token = [&](token_id) {
+        {
+            std::lock_guard<std::mutex> lock(m);
+            ++produced;
+        }
+        cv.notify_all();
+        return true;
+    };
     std::chrono::steady_clock::time_point killed_at;
+    bool killed = false;
     std::thread killer([&] {
-        while (produced.load() < 5) std::this_thread::sleep_for(1ms);
+        std::unique_lock<std::mutex> lock(m);
+        // Bounded: if generation ends (or stalls) before 5 tokens, give up instead of hanging.
+        if (!cv.wait_for(lock, 60s, [&] { return produced >= 5 || finished; }) || finished) return;
         killed_at = std::chrono::steady_clock::now();
+        killed = true;
         s1->kill_now(9);
     });
     auto res = run_generation(**chain, 0, req);
     const auto failed_at = std::chrono::steady_clock::now();
+    {
+        std::lock_guard<std::mutex> lock(m);
+        finished = true;
+    }
+    cv.notify_all();
     killer.join();
+    ASSERT_TRUE(killed) << "generation ended before the stage could be killed";
     ASSERT_FALSE(res.is_ok()) << "generation continued after its middle stage died";
     EXPECT_EQ(res.error().code(), error_code::unavailable) << res.error().to_string();
+    // Stage 1 died; stage 2 only saw its upstream close. The error names the stage that failed.
+    EXPECT_NE(res.error().message().find("stage 1"), std::string::npos) << res.error().to_string();
+    EXPECT_EQ(res.error().message().find("stage 2"), std::string::npos) << res.error().to_string();
     EXPECT_LT(failed_at - killed_at, 5s) << "the issue asks for a clear error within 5 s";
 
     s1 = start_stage(topo_path, 1);

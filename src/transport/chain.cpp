@@ -39,6 +39,14 @@ uint32_t micros_since(clock::time_point t0) {
     return us > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(us);
 }
 
+// A measured interval for the stats block: rounded up, and at least 1 µs, so that 0
+// always means "not measured" (docs/protocol.md, Stats block).
+uint32_t measured_us_since(clock::time_point t0) {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0).count();
+    const int64_t us = ns <= 0 ? 1 : (ns + 999) / 1000;
+    return us > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(us);
+}
+
 constexpr int32_t k_fallback_chunk_tokens = 512;
 
 }  // namespace
@@ -201,8 +209,10 @@ status chain_pipeline::upstream_reason(lane_state & ls, const status & fallback)
 status chain_pipeline::roundtrip(int32_t lane, protocol::request req, protocol::reply & reply) {
     lane_state & ls = *lanes_[static_cast<size_t>(lane)];
     req.session_id = static_cast<uint64_t>(lane);
+    const auto t0 = clock::now();
     while (ls.outstanding > 0) SKIPPY_TRY(read_forward_reply(ls, 0, nullptr));
     SKIPPY_TRY(ls.forward.send_request(req));
+    ls.stats.max_forward_us = std::max(ls.stats.max_forward_us, measured_us_since(t0));
     SKIPPY_TRY(read_forward_reply(ls, req.request_id, &reply));
     ls.stats = protocol::merge_stats(ls.stats, reply.stats);
     return status::ok();
@@ -211,8 +221,10 @@ status chain_pipeline::roundtrip(int32_t lane, protocol::request req, protocol::
 status chain_pipeline::send_streamed(int32_t lane, protocol::request req) {
     lane_state & ls = *lanes_[static_cast<size_t>(lane)];
     req.session_id = static_cast<uint64_t>(lane);
+    const auto t0 = clock::now();
     while (ls.outstanding >= options_.credit_window) SKIPPY_TRY(read_forward_reply(ls, 0, nullptr));
     SKIPPY_TRY(ls.forward.send_request(req));
+    ls.stats.max_forward_us = std::max(ls.stats.max_forward_us, measured_us_since(t0));
     ++ls.outstanding;
     return status::ok();
 }

@@ -5,7 +5,9 @@
 #include "transport/convert.h"
 #include "transport/lane_cache.h"
 
+#include <algorithm>
 #include <chrono>
+#include <utility>
 
 namespace skippy::transport {
 
@@ -15,6 +17,14 @@ namespace {
 
 uint32_t micros_since(clock::time_point t0) {
     const auto us = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - t0).count();
+    return us > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(us);
+}
+
+// A measured interval for the stats block: rounded up, and at least 1 µs, so that 0
+// always means "not measured" (docs/protocol.md, Stats block).
+uint32_t measured_us_since(clock::time_point t0) {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0).count();
+    const int64_t us = ns <= 0 ? 1 : (ns + 999) / 1000;
     return us > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(us);
 }
 
@@ -51,6 +61,7 @@ private:
     status forward_sync(protocol::request fwd, protocol::reply & reply);
     status connect_downstream();
     status read_downstream(uint64_t want_id, protocol::reply * out);
+    uint32_t take_pending_forward_us() { return std::exchange(pending_forward_us_, 0); }
 
     stage_server &           server_;
     stage &                  stage_;
@@ -67,6 +78,8 @@ private:
     protocol::stats_block    pending_stats_;  // final stage: prefill stats not yet returned to stage 0
     std::vector<float>       hidden_, logits_;
     uint64_t                 current_request_ = 0;
+    clock::time_point        received_at_;             // when current_request_'s frame was read
+    uint32_t                 pending_forward_us_ = 0;  // forward time not yet reported (sent with the next message)
 };
 
 void stage_server::lane_worker::run() {
@@ -102,6 +115,7 @@ void stage_server::lane_worker::run() {
             if (!upstream_.peer_closed()) failure = req.error();
             break;
         }
+        received_at_ = clock::now();
         current_request_ = req->request_id;
         failure = handle(*req);
         if (!failure.is_ok()) break;
@@ -165,6 +179,7 @@ status stage_server::lane_worker::handle(protocol::request & req) {
             return make_error(error_code::unsupported,
                               me_ + " does not handle " + std::string(protocol::message_kind_name(req.kind)) + " requests");
     }
+    ack.stats.max_forward_us = std::max(ack.stats.max_forward_us, take_pending_forward_us());
     return upstream_.send_reply(ack);
 }
 
@@ -209,9 +224,13 @@ status stage_server::lane_worker::sample_and_return(const protocol::request & re
     tok.token = sample_last_row();
     tok.decode_step = req.state.decode_step;
     tok.stats = protocol::merge_stats(pending_stats_, stats);
+    tok.stats.max_forward_us = std::max(tok.stats.max_forward_us, take_pending_forward_us());
     pending_stats_ = {};
+    const auto t0 = clock::now();
     SKIPPY_TRY(connect_downstream());
-    return downstream_.send_reply(tok);
+    SKIPPY_TRY(downstream_.send_reply(tok));
+    pending_forward_us_ = measured_us_since(t0);  // reported with the next token or reply
+    return status::ok();
 }
 
 status stage_server::lane_worker::handle_streamed(protocol::request & req) {
@@ -238,7 +257,9 @@ status stage_server::lane_worker::handle_streamed(protocol::request & req) {
             restored = r.restored_tokens;
         }
     }
+    protocol::stats_block local;
     if (!from_cache && restored < n) {
+        local.max_queue_us = measured_us_since(received_at_);
         const auto rows = std::span<const float>(req.activation->values).subspan(static_cast<size_t>(restored * n_embd_));
         SKIPPY_TRY(compute(req.pos_start + restored, std::span<const token_id>(req.tokens).subspan(static_cast<size_t>(restored)), rows));
         if (prefill) {
@@ -249,7 +270,6 @@ status stage_server::lane_worker::handle_streamed(protocol::request & req) {
     track_tokens(req.pos_start, req.tokens);
     if (prefill) counters.merge(cache_.record_if_final(req.pos_start + n, req.kind == message_kind::prefill_final));
 
-    protocol::stats_block local;
     local.max_compute_us = micros_since(t0);
     add_cache_counters(local, counters);
     const protocol::stats_block merged = protocol::merge_stats(req.stats, local);
@@ -270,10 +290,13 @@ status stage_server::lane_worker::handle_streamed(protocol::request & req) {
 }
 
 status stage_server::lane_worker::forward_streamed(protocol::request fwd, const protocol::stats_block & stats) {
+    const auto t0 = clock::now();
     SKIPPY_TRY(connect_downstream());
     while (outstanding_ >= server_.options_.credit_window) SKIPPY_TRY(read_downstream(0, nullptr));
     fwd.state.source_stage = static_cast<uint32_t>(server_.stage_index_);
     fwd.stats = stats;
+    // This frame's own forward time is only known once it is sent: it rides with the next one.
+    fwd.stats.max_forward_us = std::max(fwd.stats.max_forward_us, take_pending_forward_us());
     auto & frame = *fwd.activation;
     frame.producer_stage = static_cast<uint32_t>(server_.stage_index_);
     frame.layer_start = static_cast<uint32_t>(stage_.slice().range().start);
@@ -281,6 +304,7 @@ status stage_server::lane_worker::forward_streamed(protocol::request fwd, const 
     frame.dtype = protocol::activation_dtype::f32;
     frame.values.assign(hidden_.begin(), hidden_.end());
     SKIPPY_TRY(downstream_.send_request(fwd));
+    pending_forward_us_ = measured_us_since(t0);
     ++outstanding_;
     return status::ok();
 }
@@ -359,6 +383,7 @@ status stage_server::lane_worker::handle_try_restore_decode(protocol::request & 
         return status::ok();
     }
     const token_id current = req.state.current_token;
+    out.stats.max_queue_us = measured_us_since(received_at_);
     SKIPPY_TRY(compute(req.pos_start + n, std::span<const token_id>(&current, 1), req.activation->values));
     out.stats.max_compute_us = micros_since(t0);
     if (is_final_) {
@@ -442,11 +467,16 @@ status stage_server::lane_worker::read_downstream(uint64_t want_id, protocol::re
 
 // A control request goes downstream once every streamed request before it is acked.
 status stage_server::lane_worker::forward_sync(protocol::request fwd, protocol::reply & reply) {
+    const auto t0 = clock::now();
     SKIPPY_TRY(connect_downstream());
     while (outstanding_ > 0) SKIPPY_TRY(read_downstream(0, nullptr));
     fwd.state.source_stage = static_cast<uint32_t>(server_.stage_index_);
     SKIPPY_TRY(downstream_.send_request(fwd));
-    return read_downstream(fwd.request_id, &reply);
+    pending_forward_us_ = std::max(pending_forward_us_, measured_us_since(t0));
+    SKIPPY_TRY(read_downstream(fwd.request_id, &reply));
+    // The reply goes upstream as (part of) this stage's ack: report the forward time there.
+    reply.stats.max_forward_us = std::max(reply.stats.max_forward_us, take_pending_forward_us());
+    return status::ok();
 }
 
 stage_server::stage_server(std::unique_ptr<stage> st, std::unique_ptr<stage_cache_host> cache, int32_t stage_index, topology topo,

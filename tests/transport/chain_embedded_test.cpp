@@ -85,6 +85,23 @@ TEST(chain_embedded, SlowLinksChangeTimingNotTokens) {
     EXPECT_EQ(greedy_tokens(**chain, prompt, 8, 0, 4), greedy_tokens(*whole, prompt, 8));
 }
 
+TEST(chain_embedded, StatsCarryQueueAndForwardTimes) {
+    auto file = small_model();
+    stage_options so;
+    so.n_threads = 1;
+    so.ctx_size = 128;
+    for (int32_t stages : {2, 3}) {
+        auto chain = transport::make_embedded_chain(file, stages, so, {});
+        ASSERT_TRUE(chain.is_ok());
+        ASSERT_EQ(greedy_tokens(**chain, prompt_of(9, 3), 4, 0, 4).size(), 4u);
+        const protocol::stats_block st = (*chain)->last_stats(0);
+        // A measured interval is reported as at least 1 us (docs/protocol.md), so a
+        // non-zero field is one that was filled, however short the wait.
+        EXPECT_GT(st.max_queue_us, 0u) << stages << " stages: no stage reported its queue time";
+        EXPECT_GT(st.max_forward_us, 0u) << stages << " stages: no stage reported its forward time";
+    }
+}
+
 TEST(chain_embedded, ContextOverflowIsAnErrorAndTheLaneRecovers) {
     auto file = small_model();
     auto chain = embedded_chain(file, 2, 1, 1, 32);

@@ -3,6 +3,9 @@
 // restored prefix; a chain hit sets every stage's bit.
 #include "../model/model_fixture.h"
 #include "cache_fixture.h"
+#include "transport/convert.h"
+
+#include <thread>
 
 namespace skippy::testing {
 namespace {
@@ -334,6 +337,246 @@ TEST_P(cache_paths, FinalStageRestoresPartOfAChunkAndComputesTheRest) {
 }
 
 INSTANTIATE_TEST_SUITE_P(stages, cache_paths, ::testing::Values(2, 3));
+
+// ---------------------------------------------------------------------------------
+// RestorePrefill. Stage 0 never sends it (chain.cpp restores with TryRestorePrefill and
+// TryRestorePrefillDecode only), so the test plays stage 0 itself: it runs stage 0's
+// layers, talks the protocol to real stage servers 1..k, and takes the final stage's
+// tokens on its own return listener.
+
+class raw_stage0 {
+public:
+    // Starts servers 1..n_stages-1 (cache on, events to `sink`) and dials stage 1.
+    void open(std::shared_ptr<const gguf::file> file, int32_t n_stages, std::shared_ptr<memory_sink> sink) {
+        file_ = std::move(file);
+        auto hp = model_hparams::from_gguf(*file_);
+        ASSERT_TRUE(hp.is_ok());
+        auto topo = transport::even_split(file_->path(), hp->n_layer, n_stages, "127.0.0.1", 1);
+        ASSERT_TRUE(topo.is_ok());
+        topo_ = *topo;
+        std::vector<transport::tcp_listener> listeners;
+        for (auto & st : topo_.stages) {
+            st.address.port = 0;
+            auto l = transport::tcp_listener::listen(st.address);
+            ASSERT_TRUE(l.is_ok());
+            st.address.port = l->port();
+            listeners.push_back(std::move(l).value());
+        }
+        return_listener_ = std::move(listeners[0]);
+        stage_options so;
+        so.n_threads = 1;
+        so.ctx_size = 512;
+        transport::chain_options co;
+        co.cache.config.min_tokens = 8;
+        co.cache.sink = std::move(sink);
+        for (int32_t i = 1; i < n_stages; ++i) {
+            const layer_range layers = topo_.stages[static_cast<size_t>(i)].layers;
+            auto st = stage::load(file_, transport::stage_options_for(so, layers, co.cache));
+            ASSERT_TRUE(st.is_ok());
+            auto host = transport::stage_cache_host::create(**st, *file_, i, co.cache);
+            ASSERT_TRUE(host.is_ok());
+            servers_.push_back(std::make_unique<transport::stage_server>(std::move(st).value(), std::move(host).value(), i, topo_,
+                                                                         std::move(listeners[static_cast<size_t>(i)]), co));
+            servers_.back()->start();
+        }
+        so.layers = topo_.stages[0].layers;
+        auto s0 = stage::load(file_, so);
+        ASSERT_TRUE(s0.is_ok());
+        stage0_ = std::move(s0).value();
+        protocol::hello h;
+        h.link = protocol::link_kind::forward;
+        auto fwd = transport::connect_link(topo_.stages[1].address, h, {}, "stage 1");
+        ASSERT_TRUE(fwd.is_ok()) << fwd.error().to_string();
+        forward_ = std::move(fwd).value();
+    }
+
+    transport::stage_server & server(int32_t index) { return *servers_[static_cast<size_t>(index - 1)]; }
+
+    // ConfigureGeneration for a prompt of n tokens (greedy, cache on). The first one
+    // also takes the final stage's return link, which it dials before acking.
+    void configure(int64_t n_prompt) {
+        std::thread returns;
+        if (!returns_.connected()) returns = std::thread([this] { accept_return_link(); });
+        protocol::request r = request(protocol::message_kind::configure_generation, 0, n_prompt);
+        protocol::generation_config gc;
+        sampling_config sc;
+        sc.temperature = 0;
+        gc.sampling = transport::to_sampling_params(sc);
+        gc.cache_mode = transport::to_prompt_cache_mode(cache::cache_mode::lookup_record);
+        gc.cache_min_tokens = 8;
+        r.generation = gc;
+        const protocol::reply ack = roundtrip(r);
+        if (returns.joinable()) returns.join();
+        EXPECT_EQ(ack.kind, protocol::message_kind::ack);
+        ASSERT_TRUE(returns_.connected()) << "no return link from the final stage";
+    }
+
+    protocol::reply restore_prefill(const std::vector<token_id> & prefix, int64_t n_prompt) {
+        protocol::request r = request(protocol::message_kind::restore_prefill, 0, n_prompt);
+        r.tokens.assign(prefix.begin(), prefix.end());
+        return roundtrip(r);
+    }
+
+    // Prefills prompt[from, n - 1) on the servers (stage 0 computes all of [0, n - 1)
+    // itself: it caches nothing), then decodes n_out tokens greedily.
+    std::vector<token_id> generate(const std::vector<token_id> & prompt, int64_t from, int32_t n_out) {
+        const int64_t n = static_cast<int64_t>(prompt.size());
+        const int32_t n_embd = stage0_->hparams().n_embd;
+        stage0_->truncate_lane(0, 0);
+        std::vector<float> hidden(static_cast<size_t>((n - 1) * n_embd));
+        EXPECT_TRUE(stage0_->forward(0, 0, std::span<const token_id>(prompt).first(static_cast<size_t>(n - 1)), {}, n - 1, hidden).is_ok());
+        if (from < n - 1) {
+            protocol::request r = request(protocol::message_kind::prefill, from, n);
+            r.state.phase = protocol::message_phase::prefill;
+            r.tokens.assign(prompt.begin() + from, prompt.end() - 1);
+            r.activation = frame(std::vector<float>(hidden.begin() + from * n_embd, hidden.end()));
+            EXPECT_TRUE(forward_.send_request(r).is_ok());
+            auto ack = forward_.read_reply(forward_.reply_deadline());
+            EXPECT_TRUE(ack.is_ok() && ack->kind == protocol::message_kind::ack) << "prefill not acked";
+        }
+        std::vector<token_id> out;
+        token_id current = prompt.back();
+        std::vector<float> row(static_cast<size_t>(n_embd));
+        for (int32_t i = 0; i < n_out; ++i) {
+            const int64_t pos = n - 1 + i;
+            EXPECT_TRUE(stage0_->forward(0, pos, std::span<const token_id>(&current, 1), {}, 1, row).is_ok());
+            protocol::request r = request(protocol::message_kind::decode, pos, n);
+            r.state.phase = protocol::message_phase::decode;
+            r.state.current_token = current;
+            r.state.decode_step = static_cast<uint32_t>(i);
+            r.tokens = {current};
+            r.activation = frame(row);
+            EXPECT_TRUE(forward_.send_request(r).is_ok());
+            auto ack = forward_.read_reply(forward_.reply_deadline());
+            EXPECT_TRUE(ack.is_ok() && ack->kind == protocol::message_kind::ack) << "decode not acked";
+            auto tok = returns_.read_reply(returns_.reply_deadline());
+            EXPECT_TRUE(tok.is_ok() && tok->kind == protocol::message_kind::predicted_token) << "no token returned";
+            if (!tok.is_ok() || tok->kind != protocol::message_kind::predicted_token) break;
+            current = tok->token;
+            out.push_back(current);
+        }
+        return out;
+    }
+
+    void stop() {
+        roundtrip(request(protocol::message_kind::stop, 0, 0));
+        for (auto & s : servers_) s->cache_host()->cache()->wait_for_records();
+    }
+
+private:
+    protocol::request request(protocol::message_kind kind, int64_t pos, int64_t n_prompt) {
+        protocol::request r;
+        r.kind = kind;
+        r.request_id = next_id_++;
+        r.pos_start = pos;
+        r.state.phase = protocol::message_phase::control;
+        r.state.prompt_token_count = static_cast<uint32_t>(n_prompt);
+        return r;
+    }
+    protocol::activation_frame frame(std::vector<float> values) const {
+        protocol::activation_frame f;
+        f.layer_start = static_cast<uint32_t>(stage0_->slice().range().start);
+        f.layer_end = static_cast<uint32_t>(stage0_->slice().range().end);
+        f.n_embd = static_cast<uint32_t>(stage0_->hparams().n_embd);
+        f.values = std::move(values);
+        return f;
+    }
+    protocol::reply roundtrip(const protocol::request & r) {
+        EXPECT_TRUE(forward_.send_request(r).is_ok());
+        auto reply = forward_.read_reply(forward_.reply_deadline());
+        EXPECT_TRUE(reply.is_ok()) << reply.error().to_string();
+        if (!reply.is_ok()) return {};
+        EXPECT_EQ(reply->request_id, r.request_id);
+        return *reply;
+    }
+    void accept_return_link() {
+        auto s = return_listener_.accept(std::chrono::seconds(10));
+        ASSERT_TRUE(s.is_ok()) << s.error().to_string();
+        auto h = transport::answer_hello(*s, {}, [](const protocol::hello &) { return status::ok(); });
+        ASSERT_TRUE(h.is_ok()) << h.error().to_string();
+        transport::stage_link link(std::move(s).value(), {}, "final stage (return)");
+        auto open = link.read_request(link.reply_deadline());
+        ASSERT_TRUE(open.is_ok() && open->kind == protocol::message_kind::prediction_return_open);
+        returns_ = std::move(link);
+    }
+
+    std::shared_ptr<const gguf::file>                    file_;
+    transport::topology                                  topo_;
+    transport::tcp_listener                              return_listener_;
+    std::vector<std::unique_ptr<transport::stage_server>> servers_;
+    std::unique_ptr<stage>                               stage0_;
+    transport::stage_link                                forward_, returns_;
+    uint64_t                                             next_id_ = 1;
+};
+
+class cache_restore_prefill : public ::testing::TestWithParam<int32_t> {};
+
+// RestorePrefill of a cached prefix restores it on every server (all of it, each stage
+// answering restore_hit), the rest is prefilled from there, and the tokens equal the
+// cache-off chain's. A prefix nobody holds, or one longer than what is cached, restores
+// nothing anywhere, and computing from 0 is still exact.
+TEST_P(cache_restore_prefill, RestoresAPrefixOnEveryServer) {
+    const int32_t n_stages = GetParam();
+    auto file = model("llama", "Q8_0");
+    cache_run_options off;
+    off.n_stages = n_stages;
+    off.cache_on = false;
+    auto cold = cached_chain(file, off);
+    ASSERT_NE(cold, nullptr);
+    auto sink = std::make_shared<memory_sink>();
+    raw_stage0 raw;
+    raw.open(file, n_stages, sink);
+    if (::testing::Test::HasFatalFailure()) return;
+
+    const auto base = tokens_of(60, 1);
+    raw.configure(60);
+    EXPECT_EQ(raw.generate(base, 0, 6), run_turn(*cold, base, 6).tokens);
+    raw.stop();
+    sink->clear();
+
+    uint64_t servers_mask = 0;
+    for (int32_t s = 1; s < n_stages; ++s) servers_mask |= uint64_t(1) << s;
+    const auto next = shared_then_new(base, 45);
+    raw.configure(static_cast<int64_t>(next.size()));
+    const auto ack = raw.restore_prefill(std::vector<token_id>(next.begin(), next.begin() + 45), static_cast<int64_t>(next.size()));
+    EXPECT_EQ(ack.kind, protocol::message_kind::ack);
+    EXPECT_EQ(ack.outcome, protocol::ack_outcome::hit);
+    EXPECT_EQ(ack.restored_tokens, 45);
+    EXPECT_EQ(ack.stats.kv_hit_stage_mask, servers_mask);
+    EXPECT_EQ(ack.stats.kv_imported_tokens, uint64_t(45) * static_cast<uint64_t>(n_stages - 1));
+    for (int32_t s = 1; s < n_stages; ++s) {
+        EXPECT_EQ(sink->count_decision(s, "restore_hit"), 1) << "stage " << s;
+        EXPECT_EQ(sink->first_int(s, "restore_hit", "skippy.kv.restored_tokens"), 45) << "stage " << s;
+    }
+    EXPECT_EQ(raw.generate(next, 45, 6), run_turn(*cold, next, 6).tokens) << "restored 45, computed the rest";
+    raw.stop();
+    sink->clear();
+
+    // Nobody holds it: every stage misses (RestorePrefill forwards a miss too), nothing
+    // restored; computed from 0.
+    const auto other = tokens_of(50, 77);
+    raw.configure(50);
+    const auto miss = raw.restore_prefill(std::vector<token_id>(other.begin(), other.begin() + 40), 50);
+    EXPECT_NE(miss.outcome, protocol::ack_outcome::hit);
+    EXPECT_EQ(miss.restored_tokens, 0);
+    EXPECT_EQ(miss.stats.kv_hit_stage_mask, 0u);
+    for (int32_t s = 1; s < n_stages; ++s) EXPECT_EQ(sink->count_decision(s, "restore_miss"), 1) << "stage " << s;
+    EXPECT_EQ(raw.generate(other, 0, 6), run_turn(*cold, other, 6).tokens);
+    raw.stop();
+    sink->clear();
+
+    // Longer than any entry (45 shared + 10 new): all or nothing, so nothing.
+    const auto longer = concat(std::vector<token_id>(base.begin(), base.begin() + 45), tokens_of(15, 5));
+    raw.configure(static_cast<int64_t>(longer.size()));
+    const auto short_ack = raw.restore_prefill(std::vector<token_id>(longer.begin(), longer.begin() + 55), static_cast<int64_t>(longer.size()));
+    EXPECT_NE(short_ack.outcome, protocol::ack_outcome::hit);
+    EXPECT_EQ(short_ack.restored_tokens, 0);
+    for (int32_t s = 1; s < n_stages; ++s) EXPECT_EQ(sink->count_decision(s, "restore_short"), 1) << "stage " << s;
+    EXPECT_EQ(raw.generate(longer, 0, 6), run_turn(*cold, longer, 6).tokens);
+    raw.stop();
+}
+
+INSTANTIATE_TEST_SUITE_P(stages, cache_restore_prefill, ::testing::Values(2, 3));
 
 TEST(cache_isolation, ClientKeysNeverShareEntries) {
     auto file = model("llama", "Q8_0");

@@ -68,6 +68,7 @@ acquire_result lane_pool::acquire(std::chrono::steady_clock::duration timeout, c
     auto take = [&] {
         r.lease = lane_lease(this, free_.back());
         free_.pop_back();
+        peak_busy_ = std::max(peak_busy_, n_lanes_ - static_cast<int32_t>(free_.size()));
     };
 
     std::unique_lock<std::mutex> lock(mutex_);
@@ -80,6 +81,7 @@ acquire_result lane_pool::acquire(std::chrono::steady_clock::duration timeout, c
 
     const uint64_t ticket = next_ticket_++;
     waiters_.push_back(ticket);
+    peak_waiting_ = std::max(peak_waiting_, static_cast<int32_t>(waiters_.size()));
     auto leave = [&] {
         waiters_.erase(std::find(waiters_.begin(), waiters_.end(), ticket));
         cv_.notify_all();  // the next waiter may now be first in line for a free lane
@@ -131,6 +133,16 @@ int32_t lane_pool::n_busy() const {
 int32_t lane_pool::n_waiting() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return static_cast<int32_t>(waiters_.size());
+}
+
+int32_t lane_pool::peak_busy() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return peak_busy_;
+}
+
+int32_t lane_pool::peak_waiting() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return peak_waiting_;
 }
 
 }  // namespace skippy::http

@@ -68,6 +68,10 @@ public:
     int32_t queue_capacity() const { return queue_capacity_; }
     int32_t n_busy() const;
     int32_t n_waiting() const;
+    // The most lanes busy, and the most requests waiting, at any one time since the
+    // pool was made: proof after the fact that requests overlapped.
+    int32_t peak_busy() const;
+    int32_t peak_waiting() const;
 
 private:
     friend class lane_lease;
@@ -80,6 +84,8 @@ private:
     std::vector<int32_t>     free_;     // free lanes; the lowest id is taken first
     std::deque<uint64_t>     waiters_;  // tickets in arrival order
     uint64_t                 next_ticket_ = 0;
+    int32_t                  peak_busy_ = 0;
+    int32_t                  peak_waiting_ = 0;
     bool                     shutting_down_ = false;
 };
 

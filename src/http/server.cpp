@@ -161,6 +161,8 @@ void http_server::impl::setup_routes() {
     svr.Get("/metrics", [this](const httplib::Request &, httplib::Response & res) {
         metrics.set(metric::lanes_busy, lanes.n_busy());
         metrics.set(metric::queue_waiting, lanes.n_waiting());
+        metrics.set(metric::lanes_busy_peak, lanes.peak_busy());
+        metrics.set(metric::queue_waiting_peak, lanes.peak_waiting());
         res.set_content(metrics.render_prometheus(), "text/plain; version=0.0.4; charset=utf-8");
     });
 

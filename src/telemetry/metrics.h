@@ -40,9 +40,11 @@ enum class metric : uint16_t {
     queue_wait,
     queue_rejections,
     queue_waiting,
+    queue_waiting_peak,
     queue_capacity,
     lanes,
     lanes_busy,
+    lanes_busy_peak,
     cache_hits,        // from stage snapshots
     cache_misses,      // from stage snapshots
     cache_evictions,   // from stage snapshots

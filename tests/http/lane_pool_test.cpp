@@ -49,6 +49,28 @@ TEST(LanePool, LeasesReturnTheirLaneWhenDestroyedOrMoved) {
     EXPECT_EQ(pool.n_busy(), 0);
 }
 
+TEST(LanePool, PeaksKeepTheMostBusyAndWaitingAtOnce) {
+    lane_pool pool(2, 2);
+    EXPECT_EQ(pool.peak_busy(), 0);
+    EXPECT_EQ(pool.peak_waiting(), 0);
+    auto a = pool.acquire(0s);
+    auto b = pool.acquire(0s);
+    EXPECT_EQ(pool.peak_busy(), 2);
+    auto w = std::async(std::launch::async, [&] { return pool.acquire(10s); });
+    ASSERT_TRUE(eventually([&] { return pool.n_waiting() == 1; }));
+    EXPECT_EQ(pool.peak_waiting(), 1);
+    a.lease.release();
+    auto got = w.get();
+    ASSERT_EQ(got.outcome, acquire_outcome::acquired);
+    got.lease.release();
+    b.lease.release();
+    // The gauges went down; the peaks stay.
+    EXPECT_EQ(pool.n_busy(), 0);
+    EXPECT_EQ(pool.n_waiting(), 0);
+    EXPECT_EQ(pool.peak_busy(), 2);
+    EXPECT_EQ(pool.peak_waiting(), 1);
+}
+
 TEST(LanePool, AFullQueueRefusesAtOnce) {
     lane_pool pool(1, 0);  // no waiting at all
     auto held = pool.acquire(0s);

@@ -1,4 +1,6 @@
-// 8 concurrent streams over 4 lanes give the same greedy outputs as one at a time.
+// 8 concurrent streams over 4 lanes give the same greedy outputs as one at a time, and
+// the server's high-water marks prove that they overlapped: 4 lanes busy and 4 requests
+// waiting at one time.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer, metricValue } from './harness.mjs';
@@ -24,9 +26,13 @@ const prompts = [
   'A long time ago, in a small village by the sea, there lived an old fisherman',
 ];
 
+// Long enough that the first four are still generating when the last four arrive
+// (the client sends all eight at once): the peaks below check that it was so.
+const maxTokens = 400;
+
 async function streamChat(content) {
   const stream = await openai.chat.completions.create({
-    model: 'm', messages: [{ role: 'user', content }], max_tokens: 32, temperature: 0,
+    model: 'm', messages: [{ role: 'user', content }], max_tokens: maxTokens, temperature: 0,
     logit_bias: { 2: -100 }, stream: true,
   });
   let text = '';
@@ -43,6 +49,10 @@ async function streamChat(content) {
 test('8 concurrent greedy streams over 4 lanes equal the same prompts one at a time', async () => {
   const sequential = [];
   for (const p of prompts) sequential.push(await streamChat(p));
+  // One at a time: one lane at most, nobody waited.
+  assert.equal(await metricValue(server, 'skippy_lanes_busy_peak'), 1);
+  assert.equal(await metricValue(server, 'skippy_queue_waiting_peak_requests'), 0);
+
   const concurrent = await Promise.all(prompts.map((p) => streamChat(p)));
   for (let i = 0; i < prompts.length; i++) {
     assert.equal(sequential[i].finish, 'length');
@@ -52,6 +62,11 @@ test('8 concurrent greedy streams over 4 lanes equal the same prompts one at a t
   }
   // Different prompts gave different texts (the comparison above is not vacuous).
   assert.ok(new Set(sequential.map((s) => s.text)).size > 4);
+  // The eight overlapped: every lane ran at once while the other four waited in the
+  // queue (high-water marks kept by the lane pool, so no scrape has to catch the moment).
+  assert.equal(await metricValue(server, 'skippy_lanes_busy_peak'), 4);
+  assert.equal(await metricValue(server, 'skippy_queue_waiting_peak_requests'), 4);
   assert.equal(await metricValue(server, 'skippy_generation_requests_total{endpoint="chat_completions",finish_reason="length"}'), 16);
   assert.equal(await metricValue(server, 'skippy_lanes_busy'), 0);
+  assert.equal(await metricValue(server, 'skippy_queue_waiting_requests'), 0);
 });

@@ -163,12 +163,12 @@ void add_bench_command(CLI::App & app, command_runner & run) {
     auto o = std::make_shared<bench_options>();
     CLI::App * cmd = app.add_subcommand("bench", "Measure prefill and decode speed (JSON)");
     cmd->add_option("-m,--model", o->model_path, "GGUF model file")->required()->check(CLI::ExistingFile);
-    cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)")->check(CLI::Range(1, 1024));
-    cmd->add_option("--prompt-tokens", o->prompt_tokens, "Prompt tokens to prefill")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-    cmd->add_option("--gen-tokens", o->gen_tokens, "Tokens to decode")->check(CLI::Range(0, 1 << 20))->capture_default_str();
-    cmd->add_option("--repeat", o->repeat, "Repetitions (medians are reported)")->check(CLI::Range(1, 1000))->capture_default_str();
-    cmd->add_option("-b,--batch-size", o->batch_size, "Prompt tokens per prefill chunk")->check(CLI::Range(1, 1 << 16))->capture_default_str();
-    cmd->add_option("--stages", o->stages, "Stages in the chain")->check(CLI::Range(1, 64))->capture_default_str();
+    add_number(cmd, "-t,--threads", o->threads, "Threads (default: physical cores)", 1, 1024);
+    add_number(cmd, "--prompt-tokens", o->prompt_tokens, "Prompt tokens to prefill", 1, 1 << 20)->capture_default_str();
+    add_number(cmd, "--gen-tokens", o->gen_tokens, "Tokens to decode", 0, 1 << 20)->capture_default_str();
+    add_number(cmd, "--repeat", o->repeat, "Repetitions (medians are reported)", 1, 1000)->capture_default_str();
+    add_number(cmd, "-b,--batch-size", o->batch_size, "Prompt tokens per prefill chunk", 1, 1 << 16)->capture_default_str();
+    add_number(cmd, "--stages", o->stages, "Stages in the chain", 1, 64)->capture_default_str();
     cmd->add_option("--kv-type", o->kv_type, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
     cmd->add_flag("--json", o->json, "Print one JSON object on one line");
     cmd->callback([&run, o] { run = [o] { return run_bench(*o); }; });

@@ -215,14 +215,14 @@ void add_bench_cache_command(CLI::App & app, command_runner & run) {
     cmd->add_option("-m,--model", o->model_path, "GGUF model file")->required()->check(CLI::ExistingFile);
     cmd->add_option("--scenario", o->scenario, "shared-prefix, interleaved or no-hit")
         ->check(CLI::IsMember({"shared-prefix", "interleaved", "no-hit"}))->capture_default_str();
-    cmd->add_option("--stages", o->stages, "Stages in this process")->check(CLI::Range(1, 64))->capture_default_str();
-    cmd->add_option("-t,--threads", o->threads, "Threads per stage (default: physical cores)")->check(CLI::Range(1, 1024));
-    cmd->add_option("--prefix-tokens", o->prefix_tokens, "Tokens of each shared prefix")->check(CLI::Range(8, 1 << 20))->capture_default_str();
-    cmd->add_option("--suffix-tokens", o->suffix_tokens, "Tokens after the prefix")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-    cmd->add_option("--prefixes", o->prefixes, "interleaved: distinct prefixes")->check(CLI::Range(1, 1000))->capture_default_str();
-    cmd->add_option("--questions", o->questions, "interleaved: questions per prefix")->check(CLI::Range(1, 1000))->capture_default_str();
-    cmd->add_option("--repeat", o->repeat, "Repetitions (medians are reported)")->check(CLI::Range(1, 1000))->capture_default_str();
-    cmd->add_option("-b,--batch-size", o->batch_size, "Prompt tokens per prefill chunk")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+    add_number(cmd, "--stages", o->stages, "Stages in this process", 1, 64)->capture_default_str();
+    add_number(cmd, "-t,--threads", o->threads, "Threads per stage (default: physical cores)", 1, 1024);
+    add_number(cmd, "--prefix-tokens", o->prefix_tokens, "Tokens of each shared prefix", 8, 1 << 20)->capture_default_str();
+    add_number(cmd, "--suffix-tokens", o->suffix_tokens, "Tokens after the prefix", 1, 1 << 20)->capture_default_str();
+    add_number(cmd, "--prefixes", o->prefixes, "interleaved: distinct prefixes", 1, 1000)->capture_default_str();
+    add_number(cmd, "--questions", o->questions, "interleaved: questions per prefix", 1, 1000)->capture_default_str();
+    add_number(cmd, "--repeat", o->repeat, "Repetitions (medians are reported)", 1, 1000)->capture_default_str();
+    add_number(cmd, "-b,--batch-size", o->batch_size, "Prompt tokens per prefill chunk", 1, 1 << 16)->capture_default_str();
     cmd->add_option("--kv-cache", o->kv_cache, "Cache mode of the measured pipeline")
         ->check(CLI::IsMember({"off", "record", "lookup-record"}))->capture_default_str();
     cmd->add_flag("--json", o->json, "Print one JSON object on one line");

@@ -100,9 +100,9 @@ void add_eval_logits_command(CLI::App & app, command_runner & run) {
     CLI::App * cmd = app.add_subcommand("eval-logits", "Evaluate token ids as one batch and print the top logits per position");
     cmd->add_option("-m,--model", o->model_path, "GGUF model file")->required()->check(CLI::ExistingFile);
     cmd->add_option("--tokens", o->tokens, "Comma-separated token ids, evaluated as given (nothing added)")->required();
-    cmd->add_option("--top", o->top, "Logits to print per position")->check(CLI::Range(1, 1 << 24))->capture_default_str();
-    cmd->add_option("-t,--threads", o->threads, "Threads (default: physical cores)")->check(CLI::Range(1, 1024));
-    cmd->add_option("-b,--batch-size", o->batch_size, "Evaluate in chunks of this many tokens (default: one batch)")->check(CLI::Range(1, 1 << 24));
+    add_number(cmd, "--top", o->top, "Logits to print per position", 1, 1 << 24)->capture_default_str();
+    add_number(cmd, "-t,--threads", o->threads, "Threads (default: physical cores)", 1, 1024);
+    add_number(cmd, "-b,--batch-size", o->batch_size, "Evaluate in chunks of this many tokens (default: one batch)", 1, 1 << 24);
     cmd->add_option("--kv-type", o->kv_type, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
     cmd->add_flag("--json", o->json, "Print {\"positions\": [{\"pos\", \"top\": [[token, logit], ...]}]}");
     cmd->callback([&run, o] { run = [o] { return run_eval_logits(*o); }; });

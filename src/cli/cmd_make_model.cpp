@@ -4,6 +4,7 @@
 #include "cli/common.h"
 #include "model/synthetic.h"
 
+#include <cstdint>
 #include <cstdio>
 
 namespace skippy::cli {
@@ -63,15 +64,15 @@ void add_make_model_command(CLI::App & app, command_runner & run) {
     cmd->add_option("--preset", f->preset, "Start from a preset: tiny (README demo) or bench-200m (benchmarks)")
         ->check(CLI::IsMember({"tiny", "bench-200m"}));
     cmd->add_option("--arch", f->arch, "Architecture")->check(CLI::IsMember({"llama", "qwen2"}));
-    cmd->add_option("--n-embd", f->n_embd, "Embedding width")->check(CLI::Range(1, 65536));
-    cmd->add_option("--n-layer", f->n_layer, "Transformer layers")->check(CLI::Range(1, 1024));
-    cmd->add_option("--n-head", f->n_head, "Attention heads")->check(CLI::Range(1, 4096));
-    cmd->add_option("--n-head-kv", f->n_head_kv, "Key/value heads")->check(CLI::Range(1, 4096));
-    cmd->add_option("--n-ff", f->n_ff, "Feed-forward width")->check(CLI::Range(1, 1 << 20));
-    auto * nv = cmd->add_option("--n-vocab", f->n_vocab, "Size of the generated SPM vocabulary")->check(CLI::Range(267, 1 << 22));
+    add_number(cmd, "--n-embd", f->n_embd, "Embedding width", 1, 65536);
+    add_number(cmd, "--n-layer", f->n_layer, "Transformer layers", 1, 1024);
+    add_number(cmd, "--n-head", f->n_head, "Attention heads", 1, 4096);
+    add_number(cmd, "--n-head-kv", f->n_head_kv, "Key/value heads", 1, 4096);
+    add_number(cmd, "--n-ff", f->n_ff, "Feed-forward width", 1, 1 << 20);
+    auto * nv = add_number(cmd, "--n-vocab", f->n_vocab, "Size of the generated SPM vocabulary", 267, 1 << 22);
     cmd->add_option("--vocab-from", f->vocab_from, "Copy the vocabulary of this GGUF file")->check(CLI::ExistingFile)->excludes(nv);
     cmd->add_option("--type", f->type, "Weight type: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q4_K_M (case-insensitive)");
-    cmd->add_option("--seed", f->seed, "Random seed")->capture_default_str();
+    add_number(cmd, "--seed", f->seed, "Random seed", 0, UINT64_MAX)->capture_default_str();
     cmd->add_option("-o,--output", f->output, "Output .gguf path")->required();
     cmd->callback([&run, f] {
         if (f->preset.empty()) {

@@ -121,8 +121,8 @@ void add_stage_commands(CLI::App & app, command_runner & run) {
     auto p = std::make_shared<split_plan_options>();
     CLI::App * plan = app.add_subcommand("split-plan", "Print an even topology for a model");
     plan->add_option("-m,--model", p->model_path, "GGUF model file")->required()->check(CLI::ExistingFile);
-    plan->add_option("--stages", p->stages, "Number of stages")->required()->check(CLI::Range(1, 64));
-    plan->add_option("--base-port", p->base_port, "Port of stage 0; stage i listens on base + i")->check(CLI::Range(1, 65535))->capture_default_str();
+    add_number(plan, "--stages", p->stages, "Number of stages", 1, 64)->required();
+    add_number(plan, "--base-port", p->base_port, "Port of stage 0; stage i listens on base + i", 1, 65535)->capture_default_str();
     plan->add_option("--host", p->host, "Host of every endpoint")->capture_default_str();
     plan->callback([&run, p] { run = [p] { return run_split_plan(*p); }; });
 }

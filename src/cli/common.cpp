@@ -3,6 +3,8 @@
 #include "base/log.h"
 #include "runtime/stage.h"
 
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 
 namespace skippy::cli {
@@ -19,30 +21,77 @@ int fail(const status & st) {
     return 1;
 }
 
+namespace {
+
+template <class T>
+CLI::Validator integer_validator(T lo, T hi) {
+    const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    return CLI::Validator(
+        [lo, hi, range](std::string & text) -> std::string {
+            T v = 0;
+            const char * end = text.data() + text.size();
+            auto [ptr, ec] = std::from_chars(text.data(), end, v, 10);
+            if (text.empty() || ec != std::errc() || ptr != end || v < lo || v > hi) {
+                return text + " is not an integer in " + range;
+            }
+            text = std::to_string(v);  // CLI11 converts with base 0: "010" would be octal
+            return std::string();
+        },
+        "INT in " + range);
+}
+
+}  // namespace
+
+CLI::Validator integer_in(int64_t lo, int64_t hi) { return integer_validator<int64_t>(lo, hi); }
+CLI::Validator unsigned_in(uint64_t lo, uint64_t hi) { return integer_validator<uint64_t>(lo, hi); }
+
+CLI::Validator real_in(double lo, double hi, bool single_precision) {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), "[%g, %g]", lo, hi);
+    const std::string range = buf;
+    return CLI::Validator(
+        [lo, hi, range, single_precision](std::string & text) -> std::string {
+            const char * end = text.data() + text.size();
+            double v = 0;
+            std::from_chars_result r{};
+            if (single_precision) {
+                float f = 0;
+                r = std::from_chars(text.data(), end, f);  // out of float's range: an error, not 0 or inf
+                v = f;
+            } else {
+                r = std::from_chars(text.data(), end, v);
+            }
+            if (text.empty() || r.ec != std::errc() || r.ptr != end || !std::isfinite(v) || v < lo || v > hi) {
+                return text + " is not a number in " + range;
+            }
+            return std::string();
+        },
+        "FLOAT in " + range);
+}
+
 int32_t resolve_threads(int32_t flag) { return flag > 0 ? flag : physical_core_count(); }
 
 void add_runtime_flags(CLI::App * cmd, runtime_flags & f, int32_t default_lanes) {
     f.lanes = default_lanes;
-    cmd->add_option("-t,--threads", f.threads, "Threads per stage (default: physical cores)")->check(CLI::Range(1, 1024));
-    cmd->add_option("-c,--ctx-size", f.ctx_size, "Context size in tokens per lane (default: the model's, at most 4096)")
-        ->check(CLI::Range(1, 1 << 24));
-    cmd->add_option("--lanes", f.lanes, "Concurrent sessions (lanes) per stage")->check(CLI::Range(1, 1024))->capture_default_str();
+    add_number(cmd, "-t,--threads", f.threads, "Threads per stage (default: physical cores)", 1, 1024);
+    add_number(cmd, "-c,--ctx-size", f.ctx_size, "Context size in tokens per lane (default: the model's, at most 4096)", 1, 1 << 24);
+    add_number(cmd, "--lanes", f.lanes, "Concurrent sessions (lanes) per stage", 1, 1024)->capture_default_str();
     cmd->add_option("--kv-type", f.kv_type, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
     cmd->add_option("--auth-token", f.auth_token, "Shared secret required on stage connections (default: none)");
-    cmd->add_option("--wire-delay-ms", f.wire_delay_ms, "Delay added before every frame written to a stage link (simulates a slow link)")
-        ->check(CLI::Range(0, 60000));
+    add_number(cmd, "--wire-delay-ms", f.wire_delay_ms, "Delay added before every frame written to a stage link (simulates a slow link)",
+               0, 60000);
     cmd->add_option("--kv-cache", f.kv_cache, "Prefix cache: off, record (fill only) or lookup-record")
         ->check(CLI::IsMember({"off", "record", "lookup-record"}))->capture_default_str();
-    cmd->add_option("--kv-cache-min-tokens", f.kv_cache_min_tokens, "Prefixes shorter than this are neither recorded nor restored")
-        ->check(CLI::Range(int64_t(1), int64_t(1) << 30))->capture_default_str();
-    cmd->add_option("--kv-cache-max-entries", f.kv_cache_max_entries, "Most resident (in-pool) cache entries per stage; 0 turns that tier off")
-        ->check(CLI::Range(int64_t(0), int64_t(1) << 30))->capture_default_str();
-    cmd->add_option("--kv-cache-exact-max-bytes", f.kv_cache_exact_max_bytes,
-                    "Host-memory bytes for serialized KV pages (exact-state tier) per stage; 0 turns it off")
-        ->check(CLI::Range(int64_t(0), int64_t(1) << 50))->capture_default_str();
-    cmd->add_option("--kv-cache-resident-tokens", f.kv_cache_resident_tokens,
-                    "KV pool positions kept for cached prefixes beyond the lanes' contexts (default: one more context per lane)")
-        ->check(CLI::Range(int64_t(0), int64_t(1) << 34));
+    add_number(cmd, "--kv-cache-min-tokens", f.kv_cache_min_tokens, "Prefixes shorter than this are neither recorded nor restored", 1,
+               int64_t(1) << 30)->capture_default_str();
+    add_number(cmd, "--kv-cache-max-entries", f.kv_cache_max_entries, "Most resident (in-pool) cache entries per stage; 0 turns that tier off",
+               0, int64_t(1) << 30)->capture_default_str();
+    add_number(cmd, "--kv-cache-exact-max-bytes", f.kv_cache_exact_max_bytes,
+               "Host-memory bytes for serialized KV pages (exact-state tier) per stage; 0 turns it off", 0, int64_t(1) << 50)
+        ->capture_default_str();
+    add_number(cmd, "--kv-cache-resident-tokens", f.kv_cache_resident_tokens,
+               "KV pool positions kept for cached prefixes beyond the lanes' contexts (default: one more context per lane)", 0,
+               int64_t(1) << 34);
     cmd->add_option("--kv-cache-key", f.kv_cache_key, "Cache namespace for requests that name none (tenants never share entries)");
     cmd->add_option("--telemetry-file", f.telemetry_file, "Append decision events as JSON lines to this file");
     cmd->add_option("--telemetry-level", f.telemetry_level, "Events to write: off, summary or debug")
@@ -82,8 +131,8 @@ result<transport::chain_options> to_chain_options(const runtime_flags & f) {
 }
 
 void add_chain_flags(CLI::App * cmd, chain_choice & choice) {
-    auto * stages = cmd->add_option("--stages", choice.stages, "Stages in this process, connected over loopback TCP")
-                        ->check(CLI::Range(1, 64))->capture_default_str();
+    auto * stages = add_number(cmd, "--stages", choice.stages, "Stages in this process, connected over loopback TCP", 1, 64)
+                        ->capture_default_str();
     cmd->add_option("--topology", choice.topology_path, "Topology file: run stage 0 here, the other stages are serve-stage processes")
         ->check(CLI::ExistingFile)->excludes(stages);
 }

@@ -10,8 +10,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 namespace skippy::cli {
 
@@ -20,6 +22,31 @@ result<std::shared_ptr<const gguf::file>> load_gguf(const std::string & path);
 
 // Prints "skippy: error: <status>" on stderr and returns exit code 1.
 int fail(const status & st);
+
+// Validators for numeric flags. CLI11's own conversion wraps "-1" into unsigned types,
+// saturates overflow ("99999999999999999999" became INT64_MAX) and reads "010" as
+// octal; these accept only a plain decimal number that lies in [lo, hi] (finite, for
+// reals) and hand CLI11 its canonical text, else the option fails with
+// "<flag>: <text> is not an integer in [lo, hi]" (exit 2, nothing on stdout).
+CLI::Validator integer_in(int64_t lo, int64_t hi);
+CLI::Validator unsigned_in(uint64_t lo, uint64_t hi);
+CLI::Validator real_in(double lo, double hi, bool single_precision);
+
+// Adds a numeric option whose value must lie in [lo, hi]; the bounds must fit T (the
+// type of `value`), so the validated text always converts.
+template <class T>
+CLI::Option * add_number(CLI::App * cmd, const std::string & name, T & value, const std::string & description,
+                         std::type_identity_t<T> lo, std::type_identity_t<T> hi) {
+    static_assert(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>);
+    CLI::Option * opt = cmd->add_option(name, value, description);
+    if constexpr (std::is_floating_point_v<T>) {
+        return opt->transform(real_in(static_cast<double>(lo), static_cast<double>(hi), sizeof(T) == sizeof(float)));
+    } else if constexpr (std::is_signed_v<T>) {
+        return opt->transform(integer_in(static_cast<int64_t>(lo), static_cast<int64_t>(hi)));
+    } else {
+        return opt->transform(unsigned_in(static_cast<uint64_t>(lo), static_cast<uint64_t>(hi)));
+    }
+}
 
 // Threads to use: the flag when > 0, else the physical core count.
 int32_t resolve_threads(int32_t flag);

@@ -25,7 +25,9 @@ int main(int argc, char ** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError & e) {
-        return app.exit(e);
+        // CLI11 prints the message (or the help) and picks a code per error kind; the
+        // documented contract is 0 for help and 2 for every usage error.
+        return app.exit(e) == 0 ? 0 : 2;
     }
     skippy::set_log_level(quiet ? skippy::log_level::error : verbosity > 0 ? skippy::log_level::debug : skippy::log_level::info);
     return run ? run() : 2;

@@ -1,13 +1,18 @@
 // The skippy command as users and tooling call it, on models it makes itself.
 #include "common/test_data.h"
+#include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 #include <nlohmann/json.hpp>
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
 
 namespace skippy::testing {
 namespace {
@@ -119,11 +124,117 @@ TEST_F(cli, UsageErrorsAreClearAndExitNonZero) {
 }
 
 TEST_F(cli, EveryCommandHasHelp) {
-    for (const char * cmd : {"generate", "eval-logits", "tokenize", "make-model", "bench"}) {
+    for (const char * cmd : {"generate", "eval-logits", "tokenize", "make-model", "bench", "bench-cache", "split-plan", "serve-stage",
+                             "serve"}) {
         auto r = skippy({cmd, "--help"});
-        EXPECT_EQ(r.exit_code, 0) << cmd;
-        EXPECT_NE(r.out.find("--"), std::string::npos) << cmd;
+        EXPECT_EQ(r.exit_code, 0) << cmd << r.err;
+        EXPECT_NE(r.out.find("Usage:"), std::string::npos) << cmd << ": " << r.out;
+        EXPECT_NE(r.out.find(std::string(cmd) + " [OPTIONS]"), std::string::npos) << cmd << ": " << r.out;
+        EXPECT_NE(r.out.find("--help"), std::string::npos) << cmd;
     }
+}
+
+// One numeric flag of one command and the interval it accepts.
+struct numeric_flag {
+    std::vector<std::string> command;  // everything else the command needs, valid
+    std::string              flag;
+    std::string              below, above;  // just outside [lo, hi]
+    bool                     integer = true;
+    bool                     strict = true;  // false: still CLI11's own parsing, which reads 0x10 as hex
+};
+
+// Every numeric flag of every command refuses values outside its range, negative
+// values for unsigned types, overflow, fractions for integers and non-finite reals:
+// a usage error naming the flag (exit 2), nothing on stdout.
+TEST_F(cli, NumericFlagsRefuseOutOfRangeAndOverflowingValues) {
+    const std::string topo = dir_ + "/numeric_topology.json";
+    {
+        std::ofstream out(topo);
+        out << R"({"model": ")" << model_ << R"(", "stages": [{"layers": [0, 1], "endpoint": "127.0.0.1:1"},)"
+            << R"( {"layers": [1, 2], "endpoint": "127.0.0.1:2"}]})";
+    }
+    const std::vector<std::string> gen = {"generate", "-m", model_, "-p", "x", "-n", "1"};
+    const std::vector<std::string> ev = {"eval-logits", "-m", model_, "--tokens", "1,2"};
+    const std::vector<std::string> mm = {"make-model", "--preset", "tiny", "-o", dir_ + "/numeric.gguf"};
+    const std::vector<std::string> bench = {"bench", "-m", model_, "--prompt-tokens", "4", "--gen-tokens", "1", "--repeat", "1"};
+    const std::vector<std::string> bc = {"bench-cache", "-m", model_};
+    const std::vector<std::string> plan = {"split-plan", "-m", model_, "--stages", "1"};
+    const std::vector<std::string> stage = {"serve-stage", "--topology", topo, "--stage", "1"};
+    const std::vector<std::string> serve = {"serve", "-m", model_, "--port", "0"};
+    auto i = [](std::vector<std::string> cmd, std::string flag, std::string below, std::string above) {
+        return numeric_flag{std::move(cmd), std::move(flag), std::move(below), std::move(above), true};
+    };
+    auto r = [](std::vector<std::string> cmd, std::string flag, std::string below, std::string above) {
+        return numeric_flag{std::move(cmd), std::move(flag), std::move(below), std::move(above), false};
+    };
+    std::vector<numeric_flag> flags = {
+        i(gen, "--n-predict", "-1", "1048577"), r(gen, "--temp", "-0.5", "100.5"), i(gen, "--top-k", "-1", "16777217"),
+        r(gen, "--top-p", "-0.1", "1.1"), r(gen, "--min-p", "-0.1", "1.1"), r(gen, "--repeat-penalty", "0.001", "100.5"),
+        r(gen, "--presence-penalty", "-100.5", "100.5"), r(gen, "--frequency-penalty", "-100.5", "100.5"),
+        i(gen, "--repeat-last-n", "-1", "1048577"), i(gen, "--seed", "-1", "9223372036854775808"),
+        i(gen, "--batch-size", "0", "65537"), i(gen, "--stages", "0", "65"),
+        i(ev, "--top", "0", "16777217"), i(ev, "--threads", "0", "1025"), i(ev, "--batch-size", "0", "16777217"),
+        i(mm, "--n-embd", "0", "65537"), i(mm, "--n-layer", "0", "1025"), i(mm, "--n-head", "0", "4097"),
+        i(mm, "--n-head-kv", "0", "4097"), i(mm, "--n-ff", "0", "1048577"), i(mm, "--n-vocab", "266", "4194305"),
+        i(mm, "--seed", "-1", "18446744073709551616"),
+        i(bench, "--threads", "0", "1025"), i(bench, "--prompt-tokens", "0", "1048577"), i(bench, "--gen-tokens", "-1", "1048577"),
+        i(bench, "--repeat", "0", "1001"), i(bench, "--batch-size", "0", "65537"), i(bench, "--stages", "0", "65"),
+        i(bc, "--stages", "0", "65"), i(bc, "--threads", "0", "1025"), i(bc, "--prefix-tokens", "7", "1048577"),
+        i(bc, "--suffix-tokens", "0", "1048577"), i(bc, "--prefixes", "0", "1001"), i(bc, "--questions", "0", "1001"),
+        i(bc, "--repeat", "0", "1001"), i(bc, "--batch-size", "0", "65537"),
+        i(plan, "--base-port", "0", "65536"),
+        i(serve, "--stages", "0", "65"),
+    };
+    // Flags of cmd_serve.cpp and serve-stage's --stage still use CLI::Range (hex and
+    // octal text parse as such there); everything else is checked in full.
+    for (auto f : {i(stage, "--stage", "0", "64"), i(serve, "--port", "-1", "65536"), i(serve, "--queue", "-1", "4097"),
+                   i(serve, "--max-body-bytes", "1023", "4294967297"), i(serve, "--batch-size", "0", "65537")}) {
+        f.strict = false;
+        flags.push_back(f);
+    }
+    // The run-time flags every stage-running command shares.
+    for (const auto & cmd : {gen, stage, serve}) {
+        flags.push_back(i(cmd, "--threads", "0", "1025"));
+        flags.push_back(i(cmd, "--ctx-size", "0", "16777217"));
+        flags.push_back(i(cmd, "--lanes", "0", "1025"));
+        flags.push_back(i(cmd, "--wire-delay-ms", "-1", "60001"));
+        flags.push_back(i(cmd, "--kv-cache-min-tokens", "0", "1073741825"));
+        flags.push_back(i(cmd, "--kv-cache-max-entries", "-1", "1073741825"));
+        flags.push_back(i(cmd, "--kv-cache-exact-max-bytes", "-1", "1125899906842625"));
+        flags.push_back(i(cmd, "--kv-cache-resident-tokens", "-1", "17179869185"));
+    }
+    for (const auto & f : flags) {
+        std::vector<std::string> bad = {f.below, f.above, "99999999999999999999999", "-99999999999999999999999", "x", ""};
+        if (f.integer) {
+            bad.insert(bad.end(), {"1.5", "1e3"});
+            if (f.strict) bad.push_back("0x10");
+        } else {
+            bad.insert(bad.end(), {"nan", "inf", "-inf", "1e400", "0x1p-2"});
+        }
+        for (const auto & value : bad) {
+            auto args = f.command;
+            args.push_back(f.flag);
+            args.push_back(value);
+            auto res = run_command([&] { args.insert(args.begin(), skippy_binary_path()); return args; }(), 30);
+            const std::string what = ::testing::PrintToString(args);
+            EXPECT_EQ(res.exit_code, 2) << what << "\n" << res.err;
+            EXPECT_TRUE(res.out.empty()) << what << " printed: " << res.out;
+            EXPECT_NE(res.err.find(f.flag), std::string::npos) << what << ": the error names the flag: " << res.err;
+        }
+    }
+}
+
+TEST_F(cli, NumericFlagsTakePlainDecimalValuesAtTheirBounds) {
+    // Leading zeros are decimal (not octal), and the bounds themselves are accepted.
+    auto top = skippy({"eval-logits", "-m", model_, "--tokens", "1,2", "--top", "010", "--json"});
+    ASSERT_EQ(top.exit_code, 0) << top.err;
+    EXPECT_EQ(nlohmann::json::parse(top.out)["positions"][0]["top"].size(), 10u) << "--top 010 is ten, not octal eight";
+    auto a = skippy({"generate", "-m", model_, "-p", "abc", "-n", "2", "--greedy", "--json", "-t", "1", "--seed", "9223372036854775807"});
+    EXPECT_EQ(a.exit_code, 0) << a.err;
+    auto b = skippy({"make-model", "--preset", "tiny", "--n-layer", "1", "--seed", "18446744073709551615", "-o", dir_ + "/max_seed.gguf"});
+    EXPECT_EQ(b.exit_code, 0) << b.err;
+    auto c = skippy({"generate", "-m", model_, "-p", "abc", "-n", "2", "--temp", "1e-3", "--top-p", "1", "--min-p", "0", "--json"});
+    EXPECT_EQ(c.exit_code, 0) << c.err;
 }
 
 // Malformed model files through the CLI: a clear error and exit 1, never a crash.

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 namespace skippy::cli {
 
@@ -138,9 +139,26 @@ void add_chain_flags(CLI::App * cmd, chain_choice & choice) {
 }
 
 result<std::string> resolve_model_path(const std::string & model_flag, const chain_choice & choice) {
-    if (!model_flag.empty()) return model_flag;
-    if (choice.topology_path.empty()) return make_error(error_code::invalid_argument, "give a model with -m (or a --topology file)");
+    if (choice.topology_path.empty()) {
+        if (model_flag.empty()) return make_error(error_code::invalid_argument, "give a model with -m (or a --topology file)");
+        return model_flag;
+    }
     SKIPPY_ASSIGN_OR_RETURN(transport::topology topo, transport::topology::load(choice.topology_path));
+    if (model_flag.empty()) return topo.model_path;
+    // The other stages load the topology's model: stage 0 running another file would
+    // chain layers of different models (garbage, or a late shape error).
+    std::error_code ec_flag, ec_topo;
+    const auto flag_path = std::filesystem::canonical(model_flag, ec_flag);
+    const auto topo_path = std::filesystem::canonical(topo.model_path, ec_topo);
+    if (ec_topo) {
+        return make_error(error_code::not_found, "the model of topology " + choice.topology_path + " (" + topo.model_path +
+                                                     "): " + ec_topo.message());
+    }
+    if (ec_flag) return make_error(error_code::not_found, "-m " + model_flag + ": " + ec_flag.message());
+    if (flag_path != topo_path) {
+        return make_error(error_code::invalid_argument, "-m " + model_flag + " is not the model of topology " + choice.topology_path +
+                                                            " (" + topo_path.string() + "); leave out -m to use it");
+    }
     return topo.model_path;
 }
 

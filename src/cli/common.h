@@ -89,7 +89,9 @@ struct chain_choice {
 // Adds --stages and --topology (mutually exclusive).
 void add_chain_flags(CLI::App * cmd, chain_choice & choice);
 
-// The model file to load: -m, or the topology's model when -m is empty.
+// The model file to load: -m, or the topology's model when -m is empty. With both, -m
+// must name the topology's model file (same canonical path): stage 0 loading another
+// model than the other stages is refused (invalid_argument).
 result<std::string> resolve_model_path(const std::string & model_flag, const chain_choice & choice);
 
 // `chain` comes from to_chain_options(flags) (the caller keeps its telemetry sink).

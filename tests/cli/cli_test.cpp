@@ -278,5 +278,55 @@ TEST_F(cli, MakeModelPresetsAndTypesProduceLoadableModels) {
     EXPECT_EQ(tiny.exit_code, 0) << tiny.err;
 }
 
+// The plan tiles [0, n_layer), names ports base + i, and carries an absolute model
+// path, so a plan saved in another folder still finds the model.
+TEST_F(cli, SplitPlanTilesTheLayersWithAnAbsoluteModelPath) {
+    const std::string relative = std::filesystem::relative(model_).string();
+    ASSERT_FALSE(std::filesystem::path(relative).is_absolute());
+    const int port = free_port();
+    auto r = skippy({"split-plan", "-m", relative, "--stages", "2", "--base-port", std::to_string(port)});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto plan = nlohmann::json::parse(r.out);
+    const std::string model = plan["model"];
+    EXPECT_TRUE(std::filesystem::path(model).is_absolute()) << model;
+    EXPECT_EQ(std::filesystem::canonical(model), std::filesystem::canonical(model_));
+    ASSERT_EQ(plan["stages"].size(), 2u);
+    int32_t next = 0;
+    for (size_t i = 0; i < 2; ++i) {
+        const auto & st = plan["stages"][i];
+        EXPECT_EQ(st["layers"][0], next) << "stage " << i;
+        EXPECT_GT(st["layers"][1].get<int32_t>(), next) << "stage " << i;
+        next = st["layers"][1];
+        EXPECT_EQ(st["endpoint"], "127.0.0.1:" + std::to_string(port + static_cast<int>(i)));
+    }
+    EXPECT_EQ(next, 2) << "the tiny model has 2 layers";
+
+    // A one-stage plan saved elsewhere runs with no other process: the model is found.
+    const std::string elsewhere = make_temp_dir("cli_plan");
+    auto one = skippy({"split-plan", "-m", relative, "--stages", "1", "--base-port", std::to_string(free_port())});
+    ASSERT_EQ(one.exit_code, 0) << one.err;
+    const std::string plan_path = elsewhere + "/plan.json";
+    std::ofstream(plan_path) << one.out;
+    auto gen = skippy({"generate", "--topology", plan_path, "-p", "abc", "-n", "3", "--greedy", "--json"});
+    ASSERT_EQ(gen.exit_code, 0) << gen.err;
+    auto mono = skippy({"generate", "-m", model_, "-p", "abc", "-n", "3", "--greedy", "--json"});
+    ASSERT_EQ(mono.exit_code, 0) << mono.err;
+    EXPECT_EQ(nlohmann::json::parse(gen.out)["tokens"], nlohmann::json::parse(mono.out)["tokens"]);
+
+    // -m naming another file than the topology's model is refused; the same file under
+    // another spelling is not.
+    const std::string other = dir_ + "/other_model.gguf";
+    auto made = skippy({"make-model", "--preset", "tiny", "--n-layer", "2", "-o", other});
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+    auto wrong = skippy({"generate", "--topology", plan_path, "-m", other, "-p", "abc", "-n", "3"});
+    EXPECT_EQ(wrong.exit_code, 1);
+    EXPECT_TRUE(wrong.out.empty()) << wrong.out;
+    EXPECT_NE(wrong.err.find("is not the model of topology"), std::string::npos) << wrong.err;
+    const std::string same = std::filesystem::path(model_).parent_path().string() + "/./" + std::filesystem::path(model_).filename().string();
+    auto ok = skippy({"generate", "--topology", plan_path, "-m", same, "-p", "abc", "-n", "3", "--greedy", "--json"});
+    ASSERT_EQ(ok.exit_code, 0) << ok.err;
+    EXPECT_EQ(nlohmann::json::parse(ok.out)["tokens"], nlohmann::json::parse(mono.out)["tokens"]);
+}
+
 }  // namespace
 }  // namespace skippy::testing

@@ -93,6 +93,9 @@ void add_runtime_flags(CLI::App * cmd, runtime_flags & f, int32_t default_lanes)
     add_number(cmd, "--kv-cache-resident-tokens", f.kv_cache_resident_tokens,
                "KV pool positions kept for cached prefixes beyond the lanes' contexts (default: one more context per lane)", 0,
                int64_t(1) << 34);
+    cmd->add_option("--kv-cache-demote", f.kv_cache_demote,
+                    "Export resident entries evicted for room into the exact-state tier (when that tier lacks them)")
+        ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
     cmd->add_option("--kv-cache-key", f.kv_cache_key, "Cache namespace for requests that name none (tenants never share entries)");
     cmd->add_option("--telemetry-file", f.telemetry_file, "Append decision events as JSON lines to this file");
     cmd->add_option("--telemetry-level", f.telemetry_level, "Events to write: off, summary or debug")
@@ -118,6 +121,7 @@ result<transport::chain_options> to_chain_options(const runtime_flags & f) {
     cc.min_tokens = f.kv_cache_min_tokens;
     cc.max_entries = f.kv_cache_max_entries;
     cc.exact_max_bytes = f.kv_cache_exact_max_bytes;
+    cc.demote_on_evict = f.kv_cache_demote != "off";
     SKIPPY_TRY(cc.validate());
     c.cache.default_key = f.kv_cache_key;
     c.cache.resident_tokens = f.kv_cache_resident_tokens;

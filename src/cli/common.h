@@ -66,13 +66,14 @@ struct runtime_flags {
     int64_t     kv_cache_max_entries = 256;
     int64_t     kv_cache_exact_max_bytes = 512ll << 20;
     int64_t     kv_cache_resident_tokens = -1;
+    std::string kv_cache_demote = "on";  // demote evicted resident entries to the exact-state tier
     std::string kv_cache_key;
     std::string telemetry_file;
     std::string telemetry_level = "summary";
 };
 
 // Adds -t, -c/--ctx-size, --lanes, --kv-type, --auth-token, --wire-delay-ms, the
-// --kv-cache* flags and --telemetry-file/--telemetry-level.
+// --kv-cache* flags (incl. --kv-cache-demote on|off) and --telemetry-file/--telemetry-level.
 void add_runtime_flags(CLI::App * cmd, runtime_flags & flags, int32_t default_lanes);
 
 stage_options to_stage_options(const runtime_flags & flags);

@@ -1,0 +1,100 @@
+// The run-time flags as the CLI parses them (src/cli/common.cpp), down to the chain
+// they configure: here --kv-cache-demote, whose effect needs a record the exact-state
+// tier missed, which only a held record worker makes certain.
+#include "../model/model_fixture.h"
+#include "../transport/cache_fixture.h"
+#include "cli/common.h"
+
+#include <algorithm>
+#include <future>
+
+namespace skippy::testing {
+namespace {
+
+struct parsed_flags {
+    cli::runtime_flags         runtime;
+    transport::chain_options   chain;
+};
+
+// Parses `args` as the flags of a stage-running command.
+std::unique_ptr<parsed_flags> parse(std::vector<std::string> args) {
+    auto out = std::make_unique<parsed_flags>();
+    CLI::App app{"test"};
+    cli::add_runtime_flags(&app, out->runtime, 1);
+    std::reverse(args.begin(), args.end());  // CLI11 takes them last first
+    app.parse(args);
+    auto chain = cli::to_chain_options(out->runtime);
+    EXPECT_TRUE(chain.is_ok()) << chain.error().to_string();
+    if (!chain.is_ok()) return nullptr;
+    out->chain = *chain;
+    return out;
+}
+
+TEST(cli_flags, KvCacheDemoteMapsOntoTheStageCacheConfig) {
+    EXPECT_TRUE(parse({})->chain.cache.config.demote_on_evict) << "on by default";
+    EXPECT_TRUE(parse({"--kv-cache-demote", "on"})->chain.cache.config.demote_on_evict);
+    EXPECT_FALSE(parse({"--kv-cache-demote", "off"})->chain.cache.config.demote_on_evict);
+    CLI::App app{"test"};
+    cli::runtime_flags f;
+    cli::add_runtime_flags(&app, f, 1);
+    EXPECT_THROW(app.parse(std::vector<std::string>{"no", "--kv-cache-demote"}), CLI::ValidationError);
+}
+
+// A resident entry whose exact-state record was skipped (worker busy) is evicted: with
+// demotion on it is exported and a later request restores it from the exact tier; with
+// demotion off it is gone and the request computes everything.
+TEST(cli_flags, KvCacheDemoteOffKeepsEvictedEntriesOutOfTheExactTier) {
+    synthetic_model_options mo;
+    mo.n_embd = 128; mo.n_layer = 2; mo.n_head = 4; mo.n_head_kv = 2; mo.n_ff = 256; mo.n_vocab = 300; mo.type = "Q8_0";
+    auto file = synthetic_model(mo);
+    ASSERT_NE(file, nullptr);
+    const auto a = tokens_of(70, 1), b = tokens_of(70, 2);
+    std::vector<token_id> want;
+    for (const char * demote : {"on", "off"}) {
+        auto flags = parse({"--kv-cache-demote", demote, "--ctx-size", "128", "-t", "1"});
+        ASSERT_NE(flags, nullptr);
+        auto sink = std::make_shared<memory_sink>();
+        flags->chain.cache.sink = sink;
+        auto made = cli::make_pipeline(file, cli::chain_choice{}, flags->runtime, flags->chain);
+        ASSERT_TRUE(made.is_ok()) << made.error().to_string();
+        transport::chain_pipeline & p = **made;
+        cache::stage_cache * c = stage_cache_of(p, 0);
+        ASSERT_NE(c, nullptr);
+
+        // Hold the worker in a's record, so that b's exact record is skipped.
+        std::promise<void> started, release;
+        std::shared_future<void> release_f = release.get_future().share();
+        std::atomic<bool> first{true};
+        c->set_record_hook_for_testing([&, release_f] {
+            if (first.exchange(false)) {
+                started.set_value();
+                release_f.wait();
+            }
+        });
+        run_turn(p, a, 2);
+        started.get_future().wait();
+        const auto cold_b = run_turn(p, b, 4);
+        release.set_value();
+        c->wait_for_records();
+        c->set_record_hook_for_testing(nullptr);
+        EXPECT_EQ(sink->count("skippy.exact_cache.record", "skipped_busy"), 1) << demote;
+        forget_resident(*c);  // evicts a and b: b is demoted only with demotion on
+
+        const auto again = run_turn(p, b, 4);
+        EXPECT_EQ(again.tokens, cold_b.tokens) << demote;
+        if (want.empty()) want = cold_b.tokens;
+        EXPECT_EQ(cold_b.tokens, want) << "demotion changes no output";
+        if (std::string(demote) == "on") {
+            EXPECT_EQ(c->stats().n_demotions, 1);
+            EXPECT_EQ(again.cached, static_cast<int64_t>(b.size()) - 1) << "restored from the exact-state tier";
+            EXPECT_GT(sink->count("skippy.kv.tier", "exact_state"), 0);
+        } else {
+            EXPECT_EQ(c->stats().n_demotions, 0);
+            EXPECT_EQ(again.cached, 0) << "nothing left to restore b from";
+            EXPECT_EQ(sink->count("skippy.kv.tier", "exact_state"), 0);
+        }
+    }
+}
+
+}  // namespace
+}  // namespace skippy::testing

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 
 namespace skippy::testing {
 namespace {
@@ -64,6 +66,91 @@ TEST(cli_shared, TokenizeMatchesTheSharedVectors) {
     auto r = run_command({skippy_binary_path(), "tokenize", "-m", vocab, "-p", "Hello world", "--ids", "--no-bos"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(nlohmann::json::parse(r.out), nlohmann::json::parse("[15496, 995]"));
+}
+
+// The .inp strings of a shared vocabulary (split like ../shared/tools/check-golden)
+// and the expected ids of each, as JSON arrays.
+std::vector<std::pair<std::string, nlohmann::json>> vocab_cases(const std::string & inp_path, const std::string & out_path) {
+    std::ifstream inp(inp_path), out(out_path);
+    std::stringstream text;
+    text << inp.rdbuf();
+    const std::string all = text.str(), sep = "\n__ggml_vocab_test__\n", tail = "\n__ggml_vocab_test__";
+    std::vector<std::string> inputs;
+    for (size_t start = 0;;) {
+        const size_t at = all.find(sep, start);
+        inputs.push_back(all.substr(start, at == std::string::npos ? std::string::npos : at - start));
+        if (at == std::string::npos) break;
+        start = at + sep.size();
+    }
+    if (inputs.back().size() >= tail.size() && inputs.back().compare(inputs.back().size() - tail.size(), tail.size(), tail) == 0) {
+        inputs.back().resize(inputs.back().size() - tail.size());
+    }
+    std::vector<std::pair<std::string, nlohmann::json>> cases;
+    std::string line;
+    for (size_t i = 0; i < inputs.size() && std::getline(out, line); ++i) {
+        nlohmann::json ids = nlohmann::json::array();
+        std::stringstream fields(line);
+        long long id = 0;
+        while (fields >> id) ids.push_back(id);
+        if (!inputs[i].empty()) cases.emplace_back(inputs[i], ids);
+    }
+    return cases;
+}
+
+// make-model --vocab-from copies a vocabulary: the model then tokenizes exactly as the
+// vocabulary file is expected to (the shared vectors).
+TEST(cli_shared, MakeModelVocabFromTokenizesLikeThatVocabulary) {
+    const std::string dir = make_temp_dir("cli_vocab");
+    for (const std::string name : {"gpt-2", "llama-spm"}) {
+        SKIPPY_REQUIRE_TEST_FILE(vocab, "vocab/ggml-vocab-" + name + ".gguf");
+        SKIPPY_REQUIRE_TEST_FILE(inp, "vocab/ggml-vocab-" + name + ".gguf.inp");
+        SKIPPY_REQUIRE_TEST_FILE(out, "vocab/ggml-vocab-" + name + ".gguf.out");
+        const std::string model = dir + "/" + name + ".gguf";
+        auto made = run_command({skippy_binary_path(), "make-model", "--arch", "llama", "--n-embd", "32", "--n-layer", "1", "--n-head", "2",
+                                 "--n-head-kv", "1", "--n-ff", "32", "--vocab-from", vocab, "--type", "Q8_0", "-o", model});
+        ASSERT_EQ(made.exit_code, 0) << made.err;
+        const auto cases = vocab_cases(inp, out);
+        ASSERT_GE(cases.size(), 10u) << name;
+        for (const auto & [text, ids] : cases) {
+            auto r = run_command({skippy_binary_path(), "tokenize", "-m", model, "-p", text, "--ids", "--no-bos"});
+            ASSERT_EQ(r.exit_code, 0) << name << ": " << r.err;
+            EXPECT_EQ(nlohmann::json::parse(r.out), ids) << name << ": " << nlohmann::json(text).dump();
+        }
+        // BOS as the vocabulary's metadata says (SPM adds it, GPT-2 does not).
+        auto with_bos = run_command({skippy_binary_path(), "tokenize", "-m", model, "-p", "Hello world", "--ids"});
+        auto of_vocab = run_command({skippy_binary_path(), "tokenize", "-m", vocab, "-p", "Hello world", "--ids"});
+        ASSERT_EQ(with_bos.exit_code, 0) << with_bos.err;
+        EXPECT_EQ(with_bos.out, of_vocab.out) << name;
+        // The model runs with the copied vocabulary.
+        auto gen = run_command({skippy_binary_path(), "generate", "-m", model, "-p", "Hello world", "-n", "3", "--greedy", "--json"});
+        ASSERT_EQ(gen.exit_code, 0) << name << ": " << gen.err;
+        for (const auto & t : nlohmann::json::parse(gen.out)["tokens"]) EXPECT_LT(t.get<int64_t>(), 60000) << name;
+    }
+}
+
+// Split parity through the CLI: generate --json --greedy --stages N gives the tokens of
+// the monolithic run (and, for stories260K, the reference's).
+TEST(cli_shared, StageSplitsGiveTheMonolithicTokens) {
+    for (const std::string name : {"stories260K", "synth-llama-Q4_K_M"}) {
+        SKIPPY_REQUIRE_TEST_FILE(model, "models/" + name + ".gguf");
+        SKIPPY_REQUIRE_TEST_FILE(golden_path, "golden/" + name + ".json");
+        const auto golden = read_json(golden_path);
+        size_t n_cases = 0;
+        for (const auto & c : golden["cases"]) {
+            if (n_cases++ == 2) break;  // two prompts per model keep this quick
+            const std::string n = std::to_string(c["greedy_tokens"].size());
+            auto gen = [&](const std::string & stages) {
+                auto r = run_command({skippy_binary_path(), "generate", "-m", model, "-p", c["prompt"], "-n", n, "--greedy", "--json",
+                                      "--stages", stages, "-t", "1"});
+                EXPECT_EQ(r.exit_code, 0) << name << " --stages " << stages << ": " << r.err;
+                return r.exit_code == 0 ? nlohmann::json::parse(r.out)["tokens"] : nlohmann::json();
+            };
+            const auto mono = gen("1");
+            ASSERT_FALSE(mono.is_null());
+            if (name == "stories260K") EXPECT_EQ(mono, c["greedy_tokens"]);
+            for (const char * stages : {"2", "3"}) EXPECT_EQ(gen(stages), mono) << name << " --stages " << stages;
+        }
+    }
 }
 
 }  // namespace

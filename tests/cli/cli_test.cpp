@@ -278,6 +278,48 @@ TEST_F(cli, MakeModelPresetsAndTypesProduceLoadableModels) {
     EXPECT_EQ(tiny.exit_code, 0) << tiny.err;
 }
 
+// Parses every line of `text` as JSON.
+std::vector<nlohmann::json> json_lines(const std::string & text) {
+    std::vector<nlohmann::json> out;
+    std::stringstream in(text);
+    std::string line;
+    while (std::getline(in, line)) {
+        if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+    }
+    return out;
+}
+
+std::set<std::string> keys_of(const nlohmann::json & j) {
+    std::set<std::string> keys;
+    for (auto it = j.begin(); it != j.end(); ++it) keys.insert(it.key());
+    return keys;
+}
+
+TEST_F(cli, BenchJsonHasExactlyTheDocumentedKeys) {
+    const std::set<std::string> want = {"model", "weight_type", "threads", "stages", "prompt_tokens", "gen_tokens",
+                                        "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_ms", "peak_rss_bytes",
+                                        "read_bandwidth_bytes_per_s", "decode_bandwidth_ratio"};
+    for (int stages : {1, 2}) {
+        auto r = skippy({"bench", "-m", model_, "--prompt-tokens", "8", "--gen-tokens", "3", "--repeat", "1", "-t", "1", "--stages",
+                         std::to_string(stages), "--json"});
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        ASSERT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << "one JSON object on one line: " << r.out;
+        const auto j = nlohmann::json::parse(r.out);
+        EXPECT_EQ(keys_of(j), want) << r.out;
+        EXPECT_EQ(j["stages"], stages);
+        EXPECT_EQ(j["threads"], 1);
+        EXPECT_EQ(j["prompt_tokens"], 8);
+        EXPECT_EQ(j["gen_tokens"], 3);
+        EXPECT_EQ(j["model"], model_);
+        EXPECT_EQ(j["weight_type"], "Q8_0");
+        EXPECT_TRUE(j["peak_rss_bytes"].is_number_integer());
+        for (const char * k : {"prefill_tokens_per_s", "decode_tokens_per_s", "ttft_ms", "read_bandwidth_bytes_per_s",
+                               "decode_bandwidth_ratio"}) {
+            EXPECT_TRUE(j[k].is_number()) << k;
+        }
+    }
+}
+
 // The plan tiles [0, n_layer), names ports base + i, and carries an absolute model
 // path, so a plan saved in another folder still finds the model.
 TEST_F(cli, SplitPlanTilesTheLayersWithAnAbsoluteModelPath) {
@@ -326,6 +368,172 @@ TEST_F(cli, SplitPlanTilesTheLayersWithAnAbsoluteModelPath) {
     auto ok = skippy({"generate", "--topology", plan_path, "-m", same, "-p", "abc", "-n", "3", "--greedy", "--json"});
     ASSERT_EQ(ok.exit_code, 0) << ok.err;
     EXPECT_EQ(nlohmann::json::parse(ok.out)["tokens"], nlohmann::json::parse(mono.out)["tokens"]);
+}
+
+TEST_F(cli, MakeModelBench200mPresetHasTheDocumentedShape) {
+    const std::string path = dir_ + "/bench200m_q4_0.gguf";
+    auto made = skippy({"make-model", "--preset", "bench-200m", "--type", "Q4_0", "-o", path});
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+    auto f = gguf::file::open(path);
+    ASSERT_TRUE(f.is_ok()) << f.error().to_string();
+    const gguf::file & g = **f;
+    EXPECT_EQ(g.get_string("general.architecture"), "llama");
+    EXPECT_EQ(g.get_int("llama.embedding_length"), 1024);
+    EXPECT_EQ(g.get_int("llama.block_count"), 12);
+    EXPECT_EQ(g.get_int("llama.feed_forward_length"), 2816);
+    EXPECT_EQ(g.get_int("llama.attention.head_count"), 16);
+    EXPECT_EQ(g.get_int("llama.attention.head_count_kv"), 4);
+    EXPECT_EQ(g.get_int("llama.context_length"), 4096);
+    const gguf::value * tokens = g.find("tokenizer.ggml.tokens");
+    ASSERT_TRUE(tokens && tokens->as_array());
+    EXPECT_EQ(tokens->as_array()->size(), 32000u);
+    int64_t blocks = 0, embd_head = 0;
+    for (const auto & t : g.tensors()) {
+        if (t.name.rfind("blk.", 0) == 0) blocks += t.n_elements();
+        else if (t.name == "token_embd.weight" || t.name == "output.weight") embd_head += t.n_elements();
+        if (t.dims.size() == 2) EXPECT_EQ(t.type, tensor_type::q4_0) << t.name;
+    }
+    // Per layer: q, o 1024x1024; k, v 1024x256; gate, up, down 1024x2816; two norms.
+    EXPECT_EQ(blocks, 12 * (2 * 1024 * 1024 + 2 * 1024 * 256 + 3 * 1024 * 2816 + 2 * 1024));
+    EXPECT_NEAR(static_cast<double>(blocks), 135e6, 0.5e6);
+    EXPECT_EQ(embd_head, 2 * 32000 * 1024);
+    EXPECT_NEAR(static_cast<double>(embd_head), 65.5e6, 0.05e6);
+    ASSERT_NE(g.find_tensor("output.weight"), nullptr) << "untied head";
+}
+
+// llama.cpp's Q4_K_M: Q6_K for output.weight, and for attn_v and ffn_down in the first
+// and last eighth of the layers and every third layer between; Q4_K elsewhere.
+TEST_F(cli, MakeModelQ4KMGivesMoreBitsWhereLlamaCppDoes) {
+    const std::map<int, std::set<int>> more_bits = {{4, {2, 3}}, {16, {0, 1, 4, 7, 10, 13, 14, 15}}};
+    for (const auto & [n_layer, layers] : more_bits) {
+        const std::string path = dir_ + "/q4km_" + std::to_string(n_layer) + ".gguf";
+        auto made = skippy({"make-model", "--arch", "llama", "--n-embd", "256", "--n-layer", std::to_string(n_layer), "--n-head", "4",
+                            "--n-head-kv", "2", "--n-ff", "256", "--n-vocab", "300", "--type", "Q4_K_M", "-o", path});
+        ASSERT_EQ(made.exit_code, 0) << made.err;
+        auto f = gguf::file::open(path);
+        ASSERT_TRUE(f.is_ok()) << f.error().to_string();
+        EXPECT_EQ((*f)->get_int("general.file_type"), 15) << "LLAMA_FTYPE_MOSTLY_Q4_K_M";
+        int checked = 0;
+        for (const auto & t : (*f)->tensors()) {
+            if (t.dims.size() != 2) {
+                EXPECT_EQ(t.type, tensor_type::f32) << t.name;
+                continue;
+            }
+            tensor_type want = tensor_type::q4_k;
+            if (t.name == "output.weight") want = tensor_type::q6_k;
+            int il = -1;
+            if (std::sscanf(t.name.c_str(), "blk.%d.", &il) == 1 && layers.count(il) &&
+                (t.name.find(".attn_v.") != std::string::npos || t.name.find(".ffn_down.") != std::string::npos)) {
+                want = tensor_type::q6_k;
+            }
+            EXPECT_EQ(t.type, want) << n_layer << " layers: " << t.name;
+            ++checked;
+        }
+        EXPECT_EQ(checked, 2 + 7 * n_layer);
+    }
+}
+
+TEST_F(cli, KvTypeF32AndF16BothGenerate) {
+    for (const char * kv : {"f32", "f16"}) {
+        auto r = skippy({"generate", "-m", model_, "-p", "hello there", "-n", "6", "--greedy", "--json", "--kv-type", kv});
+        ASSERT_EQ(r.exit_code, 0) << kv << r.err;
+        const auto j = nlohmann::json::parse(r.out);
+        EXPECT_FALSE(j["tokens"].empty()) << kv;
+        EXPECT_LE(j["tokens"].size(), 6u) << kv;
+        auto e = skippy({"eval-logits", "-m", model_, "--tokens", "1,300,301", "--kv-type", kv, "--json"});
+        EXPECT_EQ(e.exit_code, 0) << kv << e.err;
+    }
+    for (const auto & cmd : std::vector<std::vector<std::string>>{{"generate", "-m", model_, "-p", "x", "--kv-type", "q8_0"},
+                                                                  {"eval-logits", "-m", model_, "--tokens", "1", "--kv-type", "F32 "},
+                                                                  {"bench", "-m", model_, "--kv-type", "bf16"}}) {
+        auto r = skippy(cmd);
+        EXPECT_EQ(r.exit_code, 2) << ::testing::PrintToString(cmd);
+        EXPECT_TRUE(r.out.empty());
+        EXPECT_NE(r.err.find("--kv-type"), std::string::npos) << r.err;
+    }
+}
+
+// Multi-prompt runs (the shape tooling relies on), with and without the prefix cache.
+class cli_prompts : public cli {
+protected:
+    static std::string prompts_file() {
+        const std::string base = "the quick brown fox jumps over the lazy dog while the cat sleeps in the warm sun and birds sing";
+        const std::string path = dir_ + "/prompts.txt";
+        std::ofstream out(path);
+        out << base << "\n" << base << " then it rains\n" << base << "\n";
+        return path;
+    }
+    static std::vector<nlohmann::json> run(std::vector<std::string> extra) {
+        std::vector<std::string> args = {"generate", "-m", model_, "--prompts-file", prompts_file(), "-n", "4", "--greedy", "--json", "-t", "1"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        auto r = skippy(args);
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        return json_lines(r.out);
+    }
+};
+
+TEST_F(cli_prompts, OneJsonLinePerPromptAndTheCacheChangesNoToken) {
+    const std::set<std::string> want_keys = {"index", "text", "tokens", "prompt_tokens", "cached_tokens", "ttft_ms", "total_ms"};
+    for (const char * stages : {"1", "2"}) {
+        const auto off = run({"--stages", stages, "--kv-cache", "off"});
+        const auto on = run({"--stages", stages});
+        ASSERT_EQ(off.size(), 3u);
+        ASSERT_EQ(on.size(), 3u);
+        for (size_t i = 0; i < 3; ++i) {
+            for (const auto * lines : {&off, &on}) {
+                const auto & j = (*lines)[i];
+                EXPECT_EQ(keys_of(j), want_keys) << j.dump();
+                EXPECT_EQ(j["index"], i);
+                EXPECT_TRUE(j["text"].is_string());
+                EXPECT_TRUE(j["prompt_tokens"].is_number_integer());
+                EXPECT_TRUE(j["cached_tokens"].is_number_integer());
+                EXPECT_TRUE(j["ttft_ms"].is_number());
+                EXPECT_TRUE(j["total_ms"].is_number());
+                for (const auto & t : j["tokens"]) EXPECT_TRUE(t.is_number_integer());
+            }
+            EXPECT_EQ(on[i]["tokens"], off[i]["tokens"]) << "stages " << stages << " prompt " << i;
+            EXPECT_EQ(on[i]["text"], off[i]["text"]);
+            EXPECT_EQ(on[i]["prompt_tokens"], off[i]["prompt_tokens"]);
+            EXPECT_EQ(off[i]["cached_tokens"], 0) << "cache off restores nothing";
+        }
+        const int64_t n0 = on[0]["prompt_tokens"];
+        ASSERT_GT(n0, 33) << "the shared prefix must reach --kv-cache-min-tokens (32)";
+        EXPECT_EQ(on[0]["cached_tokens"], 0) << "a cold cache";
+        EXPECT_GT(on[1]["cached_tokens"].get<int64_t>(), 0) << "prompt 1 extends prompt 0";
+        EXPECT_LT(on[1]["cached_tokens"].get<int64_t>(), on[1]["prompt_tokens"].get<int64_t>());
+        EXPECT_EQ(on[2]["cached_tokens"], n0 - 1) << "a repeated prompt restores all but its last token";
+    }
+}
+
+TEST_F(cli_prompts, MinTokensAboveThePromptRestoresNothing) {
+    const auto on = run({"--kv-cache-min-tokens", "1000"});
+    ASSERT_EQ(on.size(), 3u);
+    for (const auto & j : on) EXPECT_EQ(j["cached_tokens"], 0) << j.dump();
+}
+
+TEST_F(cli_prompts, TelemetryFileHasOneDecisionEventPerLine) {
+    const std::string path = dir_ + "/telemetry.jsonl";
+    std::filesystem::remove(path);
+    const auto on = run({"--stages", "2", "--telemetry-file", path, "--telemetry-level", "summary"});
+    ASSERT_EQ(on.size(), 3u);
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    const auto events = json_lines(text.str());
+    ASSERT_FALSE(events.empty());
+    std::set<std::string> names;
+    std::set<int> stages;
+    for (const auto & e : events) {
+        EXPECT_EQ(keys_of(e), (std::set<std::string>{"ts_us", "event", "stage", "attrs"})) << e.dump();
+        EXPECT_TRUE(e["ts_us"].is_number_integer());
+        EXPECT_TRUE(e["stage"].is_number_integer());
+        EXPECT_TRUE(e["attrs"].is_object());
+        names.insert(e["event"].get<std::string>());
+        stages.insert(e["stage"].get<int>());
+    }
+    EXPECT_TRUE(names.count("stage.binary_kv_lookup_decision")) << text.str();
+    EXPECT_TRUE(names.count("stage.binary_kv_record_decision")) << text.str();
+    EXPECT_EQ(stages, (std::set<int>{0, 1})) << "both stages report";
 }
 
 }  // namespace

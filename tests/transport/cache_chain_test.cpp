@@ -275,6 +275,8 @@ void expect_decode_restore_fallback(int32_t n_stages, int32_t victim) {
     const auto again = run_both(c, base);
     EXPECT_EQ(again.cached, 59);
     EXPECT_EQ(again.stats.kv_hit_stage_mask, (uint64_t(1) << n_stages) - 1);
+    EXPECT_EQ(again.stats.kv_lookup_hits, static_cast<uint64_t>(n_stages)) << "one restore per stage, counted once";
+    EXPECT_EQ(again.stats.kv_imported_tokens, 59u * static_cast<uint64_t>(n_stages));
     EXPECT_EQ(c.sink->count_decision(n_stages - 1, "try_restore_decode_hit"), 1);
 }
 

@@ -175,16 +175,15 @@ void add_serve_command(CLI::App & app, command_runner & run) {
         ->check(CLI::ExistingFile);
     add_chain_flags(cmd, o->chain);
     cmd->add_option("--host", o->host, "Address to listen on (loopback by default)")->capture_default_str();
-    cmd->add_option("--port", o->port, "Port to listen on (0: pick a free port, printed on the startup line)")
-        ->check(CLI::Range(0, 65535))->capture_default_str();
-    cmd->add_option("--queue", o->queue, "Requests that may wait for a lane (more get 429)")
-        ->check(CLI::Range(0, 4096))->capture_default_str();
-    cmd->add_option("--queue-timeout-s", o->queue_timeout_s, "Longest wait for a lane in seconds (then 503)")
-        ->check(CLI::Range(0.0, 86400.0))->capture_default_str();
-    cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body in bytes (more get 413)")
-        ->check(CLI::Range(int64_t(1024), int64_t(1) << 32))->capture_default_str();
-    cmd->add_option("-b,--batch-size", o->batch_size, "Prompt tokens per prefill chunk")
-        ->check(CLI::Range(1, 1 << 16))->capture_default_str();
+    add_number(cmd, "--port", o->port, "Port to listen on (0: pick a free port, printed on the startup line)", 0, 65535)
+        ->capture_default_str();
+    add_number(cmd, "--queue", o->queue, "Requests that may wait for a lane (more get 429)", 0, 4096)->capture_default_str();
+    add_number(cmd, "--queue-timeout-s", o->queue_timeout_s, "Longest wait for a lane in seconds (then 503)", 0.0, 86400.0)
+        ->capture_default_str();
+    add_number(cmd, "--max-body-bytes", o->max_body_bytes, "Largest request body in bytes (more get 413)", int64_t(1024),
+               int64_t(1) << 32)
+        ->capture_default_str();
+    add_number(cmd, "-b,--batch-size", o->batch_size, "Prompt tokens per prefill chunk", 1, 1 << 16)->capture_default_str();
     cmd->add_option("--alias", o->alias, "Model id in the API (default: the file name without .gguf)");
     add_runtime_flags(cmd, o->runtime, 4);
     cmd->callback([&run, o] {

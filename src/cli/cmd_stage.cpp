@@ -111,10 +111,10 @@ void add_stage_commands(CLI::App & app, command_runner & run) {
     auto s = std::make_shared<serve_stage_options>();
     CLI::App * serve = app.add_subcommand("serve-stage", "Run stage I >= 1 of a topology (stage 0 runs in generate or serve)");
     serve->add_option("--topology", s->topology_path, "Topology file")->required()->check(CLI::ExistingFile);
-    serve->add_option("--stage", s->stage_index, "Index of the stage to run")->required()->check(CLI::Range(1, 63));
-    serve->add_option("--metrics-port", s->metrics_port,
-                      "Serve GET /metrics for this stage on this port, on the host of the stage's endpoint (0: off)")
-        ->check(CLI::Range(0, 65535))->capture_default_str();
+    add_number(serve, "--stage", s->stage_index, "Index of the stage to run", 1, 63)->required();
+    add_number(serve, "--metrics-port", s->metrics_port,
+               "Serve GET /metrics for this stage on this port, on the host of the stage's endpoint (0: off)", 0, 65535)
+        ->capture_default_str();
     add_runtime_flags(serve, s->runtime, 1);
     serve->callback([&run, s] { run = [s] { return run_serve_stage(*s); }; });
 

@@ -198,33 +198,45 @@ std::vector<token_id> shared_then_new(const std::vector<token_id> & base, size_t
 class cache_paths : public ::testing::TestWithParam<int32_t> {};
 
 // A stage below stage 0 answered the probe, then lost its entry: TryRestorePrefill
-// misses there, every stage above that restored rolls back, stage 0 restores nothing and
-// the prompt is computed (in-band lookups still serve what they can).
-TEST_P(cache_paths, TryRestoreMissBelowRollsBackAndComputes) {
-    const int32_t n_stages = GetParam();
+// misses there, every stage above it that restored rolls back, the stages below it are
+// never asked, stage 0 restores nothing and the prompt is computed (in-band lookups
+// still serve what they can).
+void expect_try_restore_miss_below(int32_t n_stages, int32_t victim) {
+    SCOPED_TRACE("stages " + std::to_string(n_stages) + ", victim " + std::to_string(victim));
     const int32_t last = n_stages - 1;
     auto c = make_path_chains(n_stages);
     ASSERT_TRUE(c.cold && c.warm);
     const auto base = tokens_of(60, 1);
     run_both(c, base);
     settle(c);
-    forget_at_event(*c.sink, *c.warm, last, "probe_");
+    forget_at_event(*c.sink, *c.warm, victim, "probe_");
     const auto got = run_both(c, shared_then_new(base, 45));
     EXPECT_EQ(got.cached, 0) << "the chain restore was abandoned";
     EXPECT_EQ(c.sink->count_decision(0, "probe_short"), 1) << "45 of the 56 restorable tokens";
-    EXPECT_EQ(c.sink->count_decision(last, "try_restore_miss"), 1);
-    for (int32_t s = 1; s < last; ++s) {
+    EXPECT_EQ(c.sink->count_decisions_starting(0, "try_restore"), 0) << "stage 0 restores only after the chain hit";
+    for (int32_t s = 1; s < victim; ++s) {
         EXPECT_EQ(c.sink->count_decision(s, "try_restore_hit"), 1) << "stage " << s << " restored, then rolled back";
     }
-    EXPECT_EQ(c.sink->count_decisions_starting(0, "try_restore"), 0) << "stage 0 restores only after the chain hit";
-    // Computed from position 0: the first chunk is looked up in-band on every stage.
-    EXPECT_EQ(c.sink->count_decision(last, "resident_miss"), 1);
-    for (int32_t s = 0; s < last; ++s) EXPECT_EQ(c.sink->count_decision(s, "activation_resident_hit"), 1) << "stage " << s;
-    // The stage that lost its entry recorded the prompt again: the next repeat hits.
+    EXPECT_EQ(c.sink->count_decision(victim, "try_restore_miss"), 1);
+    for (int32_t s = victim + 1; s < n_stages; ++s) {
+        EXPECT_EQ(c.sink->count_decisions_starting(s, "try_restore"), 0) << "stage " << s << " was never asked";
+    }
+    // Computed from position 0: the first chunk is looked up in-band on every stage;
+    // only the victim lacks its KV.
+    for (int32_t s = 0; s < last; ++s) {
+        EXPECT_EQ(c.sink->count_decision(s, s == victim ? "activation_hit_kv_miss" : "activation_resident_hit"), 1) << "stage " << s;
+    }
+    EXPECT_EQ(c.sink->count_decision(last, victim == last ? "resident_miss" : "resident_hit"), 1);
+    // The victim recorded the prompt again: the next repeat is a chain hit.
     settle(c);
     const auto again = run_both(c, shared_then_new(base, 45));
     EXPECT_EQ(again.cached, 56);
     EXPECT_EQ(again.stats.kv_hit_stage_mask, (uint64_t(1) << n_stages) - 1);
+}
+
+TEST_P(cache_paths, TryRestoreMissBelowRollsBackAndComputes) {
+    const int32_t n_stages = GetParam();
+    for (int32_t victim = 1; victim < n_stages; ++victim) expect_try_restore_miss_below(n_stages, victim);
 }
 
 // Stage 0's own entry went away between its probe and its restore: the stages below

@@ -1,6 +1,7 @@
 #include "cli/common.h"
 
 #include "base/log.h"
+#include "protocol/protocol.h"
 #include "runtime/stage.h"
 
 #include <charconv>
@@ -96,7 +97,15 @@ void add_runtime_flags(CLI::App * cmd, runtime_flags & f, int32_t default_lanes)
     cmd->add_option("--kv-cache-demote", f.kv_cache_demote,
                     "Export resident entries evicted for room into the exact-state tier (when that tier lacks them)")
         ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
-    cmd->add_option("--kv-cache-key", f.kv_cache_key, "Cache namespace for requests that name none (tenants never share entries)");
+    cmd->add_option("--kv-cache-key", f.kv_cache_key, "Cache namespace for requests that name none (tenants never share entries)")
+        ->check(CLI::Validator(
+            [](const std::string & key) -> std::string {
+                // The key travels to every stage in ConfigureGeneration.
+                const uint32_t max_bytes = protocol::protocol_limits{}.max_cache_key_bytes;
+                if (key.size() <= max_bytes) return {};
+                return "at most " + std::to_string(max_bytes) + " bytes (it has " + std::to_string(key.size()) + ")";
+            },
+            "KEY", "cache key length"));
     cmd->add_option("--telemetry-file", f.telemetry_file, "Append decision events as JSON lines to this file");
     cmd->add_option("--telemetry-level", f.telemetry_level, "Events to write: off, summary or debug")
         ->check(CLI::IsMember({"off", "summary", "debug"}))->capture_default_str();

@@ -109,6 +109,7 @@ TEST_F(cli, UsageErrorsAreClearAndExitNonZero) {
              {"generate", "-m", model_, "-p", "x", "-n", "many"},
              {"generate", "-m", dir_ + "/missing.gguf", "-p", "x"},
              {"generate", "-m", model_},
+             {"generate", "-m", model_, "-p", "x", "--kv-cache-key", std::string(257, 'k')},  // over the wire's limit
              {"eval-logits", "-m", model_, "--tokens", "1,abc", "--json"},
              {"eval-logits", "-m", model_, "--tokens", "1,999999", "--json"},
              {"make-model", "--n-embd", "64", "-o", dir_ + "/x.gguf"},

@@ -1,6 +1,8 @@
 // The prefix cache over real chains (DESIGN §6): with the cache on, every output equals
 // the cache-off output token for token, on 1, 2 and 3 stages; cached_tokens is the
-// restored prefix; a chain hit sets every stage's bit.
+// restored prefix; a chain hit sets every stage's bit. The recovery paths of
+// docs/kv-cache.md §10 (rollback after a miss below, TrimSession(0) undo, the deferred
+// decode restore's fallback, in-band hits on servers, RestorePrefill) each forced.
 #include "../model/model_fixture.h"
 #include "cache_fixture.h"
 #include "transport/convert.h"

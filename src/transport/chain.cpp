@@ -364,8 +364,9 @@ status chain_pipeline::prefill(int32_t lane, int64_t pos_start, std::span<const 
     }
     protocol::request req = make_request(ls, message_kind::prefill, pos_start);
     req.tokens.assign(tokens.begin(), tokens.end());
+    // This stage's counters are already in ls.stats; the final stage's reply carries
+    // the merge of the stages below, so sending them down would count them twice.
     req.stats.max_compute_us = micros_since(t0);
-    add_cache_counters(req.stats, counters);
     req.activation = output_frame(ls.hidden);
     status st = send_streamed(lane, std::move(req));
     return st.is_ok() ? st : fail_lane(lane, st);

@@ -594,6 +594,28 @@ TEST_P(cache_restore_prefill, RestoresAPrefixOnEveryServer) {
 
 INSTANTIATE_TEST_SUITE_P(stages, cache_restore_prefill, ::testing::Values(2, 3));
 
+// Counters merge hop by hop: a cold request records one resident page on every
+// stage, each counted once (stage 0's own counters once, not again via the reply).
+TEST(cache_stats, EveryStageCountsItsRecordOnce) {
+    auto file = model("llama", "Q8_0");
+    for (int32_t n_stages : {1, 2, 3}) {
+        cache_run_options on;
+        on.n_stages = n_stages;
+        auto p = cached_chain(file, on);
+        ASSERT_NE(p, nullptr);
+        const auto cold = run_turn(*p, tokens_of(40, 6), 4);
+        const uint64_t all_stages = (uint64_t(1) << n_stages) - 1;
+        EXPECT_EQ(cold.stats.kv_recorded_pages, static_cast<uint64_t>(n_stages)) << n_stages << " stages";
+        EXPECT_EQ(cold.stats.kv_record_stage_mask, all_stages) << n_stages << " stages";
+        EXPECT_EQ(cold.stats.kv_lookup_hits, 0u);
+        wait_for_records(*p);
+        const auto warm = run_turn(*p, tokens_of(40, 6), 4);
+        EXPECT_EQ(warm.tokens, cold.tokens);
+        EXPECT_EQ(warm.stats.kv_lookup_hits, static_cast<uint64_t>(n_stages)) << n_stages << " stages";
+        EXPECT_EQ(warm.stats.kv_hit_stage_mask, all_stages);
+    }
+}
+
 TEST(cache_isolation, ClientKeysNeverShareEntries) {
     auto file = model("llama", "Q8_0");
     cache_run_options on;

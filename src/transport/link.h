@@ -34,8 +34,9 @@ struct link_options {
     // for a frame to begin is bounded only by the caller's deadline.
     std::chrono::milliseconds frame_timeout{10000};
     // Accepted connections whose handshake is still running, per listener; more are
-    // closed at once, so a flood of silent dialers cannot exhaust threads.
-    int32_t                   max_pending_handshakes = 16;
+    // closed at once, so a flood of silent dialers cannot exhaust threads. Well above
+    // the lanes a chain dials at once (a real handshake takes well under a millisecond).
+    int32_t                   max_pending_handshakes = 64;
 };
 
 class stage_link {

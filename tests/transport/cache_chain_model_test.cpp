@@ -45,32 +45,11 @@ TEST_P(cache_shared_models, EvictionUnderATinyPoolStaysExact) {
     SKIPPY_REQUIRE_TEST_FILE(path, std::string("models/") + c.model + ".gguf");
     auto file = open_shared(path);
     ASSERT_NE(file, nullptr);
-    cache_run_options off;
-    off.n_stages = c.n_stages;
-    off.cache_on = false;
-    off.ctx = 128;
-    cache_run_options on = off;
-    on.cache_on = true;
-    on.max_entries = 1;
-    on.resident_tokens = 32;
-    on.sink = std::make_shared<memory_sink>();
-    auto cold = cached_chain(file, off);
+    const cache_run_options on = pressure_options(c.n_stages, true);
+    auto cold = cached_chain(file, pressure_options(c.n_stages, false));
     auto warm = cached_chain(file, on);
     ASSERT_TRUE(cold && warm);
-    std::vector<std::vector<token_id>> prompts;
-    for (int i = 0; i < 4; ++i) prompts.push_back(tokens_of(70, 10 + i));
-    for (int round = 0; round < 2; ++round) {
-        for (size_t i = 0; i < prompts.size(); ++i) {
-            const auto want = run_turn(*cold, prompts[i], 6);
-            const auto got = run_turn(*warm, prompts[i], 6);
-            EXPECT_EQ(got.tokens, want.tokens) << "round " << round << " prompt " << i;
-            if (round == 1) {
-                EXPECT_EQ(got.cached, 69) << "round 1 prompt " << i << " restores from some tier";
-                EXPECT_EQ(got.stats.kv_hit_stage_mask, (uint64_t(1) << c.n_stages) - 1) << "round 1 prompt " << i;
-            }
-            wait_for_records(*warm);
-        }
-    }
+    expect_pressure_exact(*cold, *warm, c.n_stages);
     for (int32_t s = 0; s < c.n_stages; ++s) {
         const auto st = stage_cache_of(*warm, s)->stats();
         EXPECT_GT(st.resident.n_evictions, 0) << "stage " << s << ": the pool never forced an eviction";

@@ -59,31 +59,11 @@ class cache_pressure : public ::testing::TestWithParam<int32_t> {};
 TEST_P(cache_pressure, EvictionAndExactStateHitsStayExact) {
     const int32_t n_stages = GetParam();
     auto file = model("llama", "Q8_0");
-    cache_run_options off;
-    off.n_stages = n_stages;
-    off.cache_on = false;
-    off.ctx = 128;
-    cache_run_options on = off;
-    on.cache_on = true;
-    on.max_entries = 1;
-    on.resident_tokens = 32;
-    on.sink = std::make_shared<memory_sink>();
-    auto cold = cached_chain(file, off);
+    const cache_run_options on = pressure_options(n_stages, true);
+    auto cold = cached_chain(file, pressure_options(n_stages, false));
     auto warm = cached_chain(file, on);
     ASSERT_TRUE(cold && warm);
-    std::vector<std::vector<token_id>> prompts;
-    for (int i = 0; i < 4; ++i) prompts.push_back(tokens_of(70, 10 + i));
-    for (int round = 0; round < 2; ++round) {
-        for (size_t i = 0; i < prompts.size(); ++i) {
-            const auto want = run_turn(*cold, prompts[i], 6);
-            const auto got = run_turn(*warm, prompts[i], 6);
-            EXPECT_EQ(got.tokens, want.tokens) << "round " << round << " prompt " << i;
-            if (round == 1) {
-                EXPECT_EQ(got.cached, 69) << "round 1 prompt " << i << " restores from some tier";
-            }
-            wait_for_records(*warm);
-        }
-    }
+    expect_pressure_exact(*cold, *warm, n_stages);
     // Probes name a tier too; only restores that put tokens into a session count.
     EXPECT_GT(on.sink->count_restores_from("exact_state"), 0) << "no restore came from the exact-state tier";
 }

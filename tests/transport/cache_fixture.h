@@ -228,6 +228,41 @@ inline std::vector<token_id> concat(std::vector<token_id> a, const std::vector<t
     return a;
 }
 
+// A chain under cache pressure: a 128-token context and, with the cache on, one
+// resident entry with 32 positions of room, so every new prompt evicts the last one.
+inline cache_run_options pressure_options(int32_t n_stages, bool cache_on) {
+    cache_run_options o;
+    o.n_stages = n_stages;
+    o.cache_on = cache_on;
+    o.ctx = 128;
+    if (cache_on) {
+        o.max_entries = 1;
+        o.resident_tokens = 32;
+        o.sink = std::make_shared<memory_sink>();
+    }
+    return o;
+}
+
+// Four 70-token prompts, twice, through chains made with pressure_options: every output
+// equals the cache-off one, and in the second round every prompt restores 69 tokens
+// (from whichever tier kept it) on every stage.
+inline void expect_pressure_exact(transport::chain_pipeline & cold, transport::chain_pipeline & warm, int32_t n_stages) {
+    std::vector<std::vector<token_id>> prompts;
+    for (int i = 0; i < 4; ++i) prompts.push_back(tokens_of(70, 10 + i));
+    for (int round = 0; round < 2; ++round) {
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            const auto want = run_turn(cold, prompts[i], 6);
+            const auto got = run_turn(warm, prompts[i], 6);
+            EXPECT_EQ(got.tokens, want.tokens) << "round " << round << " prompt " << i;
+            if (round == 1) {
+                EXPECT_EQ(got.cached, 69) << "round 1 prompt " << i << " restores from some tier";
+                EXPECT_EQ(got.stats.kv_hit_stage_mask, (uint64_t(1) << n_stages) - 1) << "round 1 prompt " << i;
+            }
+            wait_for_records(warm);
+        }
+    }
+}
+
 // Runs the scenario on one pipeline. Prompts that depend on earlier outputs
 // (multi-turn growth) are built from this run's outputs, which the exactness check
 // requires to equal the reference anyway.

@@ -124,7 +124,8 @@ TEST(cli_shared, MakeModelVocabFromTokenizesLikeThatVocabulary) {
         // The model runs with the copied vocabulary.
         auto gen = run_command({skippy_binary_path(), "generate", "-m", model, "-p", "Hello world", "-n", "3", "--greedy", "--json"});
         ASSERT_EQ(gen.exit_code, 0) << name << ": " << gen.err;
-        for (const auto & t : nlohmann::json::parse(gen.out)["tokens"]) EXPECT_LT(t.get<int64_t>(), 60000) << name;
+        const auto generated = nlohmann::json::parse(gen.out);  // a range-for over a temporary's member dangles
+        for (const auto & t : generated["tokens"]) EXPECT_LT(t.get<int64_t>(), 60000) << name;
     }
 }
 

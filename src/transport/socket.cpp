@@ -119,27 +119,27 @@ status tcp_socket::read_exact(std::span<uint8_t> out, clock::time_point deadline
         return st;
     };
     while (done < out.size()) {
+        // Try the read first: on a busy link the bytes are usually there already, and
+        // a poll per read would add a system call to every frame of every token.
+        ssize_t n = ::recv(fd_, out.data() + done, out.size() - done, MSG_DONTWAIT);
+        if (n > 0) {
+            done += static_cast<size_t>(n);
+            continue;
+        }
+        if (n == 0) {
+            if (done == 0) return finish(make_error(error_code::unavailable, std::string(peer_closed_message)));
+            return finish(make_error(error_code::unavailable, std::string(peer_closed_message) + " after " + std::to_string(done) + " of " +
+                                                                  std::to_string(out.size()) + " bytes"));
+        }
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) return finish(sys_error("recv failed"));
         pollfd p{fd_, POLLIN, 0};
         int rc = ::poll(&p, 1, poll_timeout_ms(deadline));
         if (rc < 0) {
             if (errno == EINTR) continue;
             return finish(sys_error("poll failed"));
         }
-        if (rc == 0) {
-            if (clock::now() >= deadline) return finish(make_error(error_code::unavailable, "timed out waiting for the peer"));
-            continue;
-        }
-        ssize_t n = ::recv(fd_, out.data() + done, out.size() - done, 0);
-        if (n == 0) {
-            if (done == 0) return finish(make_error(error_code::unavailable, std::string(peer_closed_message)));
-            return finish(make_error(error_code::unavailable, std::string(peer_closed_message) + " after " + std::to_string(done) + " of " +
-                                                                  std::to_string(out.size()) + " bytes"));
-        }
-        if (n < 0) {
-            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
-            return finish(sys_error("recv failed"));
-        }
-        done += static_cast<size_t>(n);
+        if (rc == 0 && clock::now() >= deadline) return finish(make_error(error_code::unavailable, "timed out waiting for the peer"));
     }
     return finish(status::ok());
 }

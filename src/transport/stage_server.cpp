@@ -154,6 +154,10 @@ status stage_server::lane_worker::handle(protocol::request & req) {
                 ack.stats = down.stats;
             }
             if (req.kind == message_kind::stop) {
+                // A request that ended without a token (max_tokens 0) never collected
+                // the prefill stats the final stage holds for its reply: they go here.
+                if (is_final_) ack.stats = protocol::merge_stats(ack.stats, pending_stats_);
+                pending_stats_ = {};
                 add_cache_counters(ack.stats, cache_.stop());
                 stage_.truncate_lane(lane_, 0);
                 sampler_.reset();

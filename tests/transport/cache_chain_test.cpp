@@ -121,12 +121,15 @@ TEST(cache_zero_tokens, AFullHitWithoutDecodeIsRestoredAndCounted) {
         auto first = run_generation(*p, 0, req);
         ASSERT_TRUE(first.is_ok()) << first.error().to_string();
         EXPECT_EQ(first->cached_tokens, 0);
+        // No token came back to carry the stages' counters: the Stop ack did.
+        const uint64_t all_stages = (uint64_t(1) << n_stages) - 1;
+        EXPECT_EQ(p->last_stats(0).kv_record_stage_mask, all_stages) << n_stages << " stages";
+        EXPECT_EQ(p->last_stats(0).kv_recorded_pages, static_cast<uint64_t>(n_stages)) << n_stages << " stages";
         wait_for_records(*p);
         auto second = run_generation(*p, 0, req);
         ASSERT_TRUE(second.is_ok()) << second.error().to_string();
         EXPECT_EQ(second->cached_tokens, 39) << n_stages << " stages";
         EXPECT_TRUE(second->tokens.empty());
-        const uint64_t all_stages = (uint64_t(1) << n_stages) - 1;
         EXPECT_EQ(p->last_stats(0).kv_hit_stage_mask, all_stages) << n_stages << " stages";
     }
 }

@@ -281,19 +281,22 @@ activation_restore_result stage_cache::restore_with_activation(const activation_
                             check_token_start(req.ns).is_ok();
     activation_key key;
     if (want_frame) key = activation_key{prefix_hash(req.ns, req.tokens), n, req.width};
-    restore_request kv_req{req.ns, req.session, req.tokens, max_tokens, lookup_kind::in_band, true};
+    // Only a full hit skips compute, and a chunk that does not skip is computed whole, so
+    // KV restored without its frame, or short of it, would only be rolled back: without a
+    // frame the KV is not looked up, and with one it is all-or-nothing.
+    restore_request kv_req{req.ns, req.session, req.tokens, max_tokens, lookup_kind::in_band, false};
     {
         std::lock_guard<std::mutex> lock(mutex_);
         if (want_frame) out.frame = activation_.lookup(key);
-        out.kv = restore_locked(kv_req, ev);
+        if (out.frame) out.kv = restore_locked(kv_req, ev);
     }
     if (!out.frame) {
         out.outcome = activation_outcome::miss;
     } else if (out.kv.outcome == lookup_outcome::error) {
         out.outcome = activation_outcome::kv_error;
-    } else if (out.kv.restored_tokens == n) {
+    } else if (out.kv.outcome == lookup_outcome::hit) {
         out.outcome = activation_outcome::hit;
-    } else if (out.kv.restored_tokens > 0) {
+    } else if (out.kv.outcome == lookup_outcome::short_) {
         out.outcome = activation_outcome::prefix_short;
     } else {
         out.outcome = activation_outcome::kv_miss;

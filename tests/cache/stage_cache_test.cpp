@@ -504,12 +504,15 @@ TEST_F(stage_cache_fake, ActivationHitNeedsTheFullKv) {
     EXPECT_EQ(sink->last(lookup_event_name, "skippy.kv.restore_decision"), "resident_hit");
     end_request(1);
 
-    // Other width: no frame; the KV part still restores (the stage computes nothing
-    // for the restored part of its own KV, but must compute the frame).
+    // Other width: no frame, so the chunk is computed whole and its KV is not looked up
+    // (restoring it would only be rolled back), nor counted as a hit.
     activation_restore_result miss = cache->restore_with_activation({ns, 1, t, 4});
     EXPECT_EQ(miss.decision, "activation_resident_miss");
     EXPECT_FALSE(miss.frame);
-    EXPECT_EQ(miss.kv.restored_tokens, 8);
+    EXPECT_EQ(miss.kv.restored_tokens, 0);
+    EXPECT_EQ(miss.kv.counters.kv_lookup_hits, 0u);
+    EXPECT_TRUE(backend.kv_of(1).empty());
+    EXPECT_EQ(sink->last(lookup_event_name, "skippy.kv.restore_decision"), "") << "no KV lookup without a frame";
     end_request(1);
     check();
 }
@@ -527,7 +530,9 @@ TEST_F(stage_cache_fake, ActivationWithShortOrMissingKvIsNotAHit) {
     activation_restore_result s = cache->restore_with_activation({ns, 1, t, 2});
     EXPECT_EQ(s.decision, "activation_hit_prefix_short");
     EXPECT_FALSE(s.frame);
-    EXPECT_EQ(s.kv.restored_tokens, 6);
+    EXPECT_EQ(s.kv.restored_tokens, 0) << "all or nothing: a short KV would be rolled back";
+    EXPECT_EQ(s.kv.counters.kv_lookup_hits, 0u);
+    EXPECT_TRUE(backend.kv_of(1).empty());
     end_request(1);
     EXPECT_TRUE(cache->make_room_for_write(2, 0, 64).enough);  // the KV entry goes
     activation_restore_result m = cache->restore_with_activation({ns, 1, t, 2});

@@ -37,22 +37,27 @@ struct serve_options {
     chain_choice  chain;    // --stages N | --topology T.json
 };
 
-// Whether this process runs tensor `name`: every tensor outside the blocks (embeddings,
-// norms, head), and the blocks of `layers`.
-bool runs_tensor(const std::string & name, layer_range layers) {
-    if (name.rfind("blk.", 0) != 0) return true;
-    const int64_t il = std::atoll(name.c_str() + 4);
-    return il >= layers.start && il < layers.end;
+// Whether a stage running `layers` of an `n_layer` model runs tensor `name`: the blocks
+// of its layers, the embeddings when it starts at layer 0, the output norm and head when
+// it ends at the last layer (as model_slice binds them).
+bool runs_tensor(const std::string & name, layer_range layers, int32_t n_layer) {
+    if (name.rfind("blk.", 0) == 0) {
+        const int64_t il = std::atoll(name.c_str() + 4);
+        return il >= layers.start && il < layers.end;
+    }
+    if (name.rfind("token_embd", 0) == 0) return layers.start == 0;
+    if (name.rfind("output", 0) == 0) return layers.end >= n_layer;
+    return true;
 }
 
 // Reads every page of the weights this process runs, so that the first request does
 // not pay for paging them in from disk (the file is mapped, and mapping reads nothing),
 // and logs progress on stderr at every 10% of the bytes.
-void page_in_weights(const gguf::file & file, layer_range layers) {
+void page_in_weights(const gguf::file & file, layer_range layers, int32_t n_layer) {
     size_t total = 0;
     size_t n_tensors = 0;
     for (const auto & t : file.tensors()) {
-        if (!runs_tensor(t.name, layers)) continue;
+        if (!runs_tensor(t.name, layers, n_layer)) continue;
         total += t.n_bytes;
         ++n_tensors;
     }
@@ -63,7 +68,7 @@ void page_in_weights(const gguf::file & file, layer_range layers) {
     int next_decile = 1;
     uint8_t sink = 0;  // touched bytes are combined so that the reads are not optimised away
     for (const auto & t : file.tensors()) {
-        if (!runs_tensor(t.name, layers)) continue;
+        if (!runs_tensor(t.name, layers, n_layer)) continue;
         for (size_t off = 0; off < t.n_bytes; off += page) sink ^= static_cast<const volatile uint8_t *>(t.data)[off];
         done += t.n_bytes;
         ++tensors_done;
@@ -109,14 +114,16 @@ int run_serve(const serve_options & o) {
     // (the others run in serve-stage processes).
     int32_t n_stages = o.chain.stages;
     layer_range own_layers{0, std::numeric_limits<int32_t>::max()};
+    int32_t n_layer = 0;  // whole model in this process: every tensor runs here
     if (!o.chain.topology_path.empty()) {
         auto topo = transport::topology::load(o.chain.topology_path);
         if (!topo.is_ok()) return fail(topo.error());
         if (topo->n_stages() < 1) return fail(make_error(error_code::invalid_argument, o.chain.topology_path + " has no stages"));
         n_stages = topo->n_stages();
         own_layers = topo->stages.front().layers;
+        n_layer = topo->stages.back().layers.end;  // the stages tile [0, n_layer)
     }
-    page_in_weights(**file, own_layers);
+    page_in_weights(**file, own_layers, n_layer);
 
     const stage_options so_log = to_stage_options(o.runtime);
     SKIPPY_LOG_INFO("allocating KV pools and the prefix cache: %d stage(s)%s, %d lanes, %s KV, %d threads, prefix cache %s",

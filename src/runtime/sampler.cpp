@@ -19,7 +19,9 @@ status sampling_config::validate() const {
     if (penalty_last_n < 0) return bad("penalty_last_n", "must be >= 0");
     for (const auto & [id, bias] : logit_bias) {
         if (id < 0) return bad("logit_bias", "has a negative token id");
-        if (std::isnan(bias)) return bad("logit_bias", "has a NaN bias");
+        // Finite, as the wire requires (docs/protocol.md): a config valid in one process
+        // must be valid on a chain. A large negative bias bans a token just as well.
+        if (!std::isfinite(bias)) return bad("logit_bias", "has a bias that is not finite");
     }
     return status::ok();
 }

@@ -134,6 +134,13 @@ TEST(sampler, ValidationNamesTheBadField) {
     c = plain(1.0f);
     c.logit_bias = {{-1, 1.0f}};
     EXPECT_FALSE(c.validate().is_ok());
+    // What the wire refuses, a whole-model run refuses too.
+    for (float bias : {NAN, INFINITY, -INFINITY}) {
+        c.logit_bias = {{1, bias}};
+        EXPECT_NE(c.validate().message().find("logit_bias"), std::string::npos) << bias;
+    }
+    c.logit_bias = {{1, -1e30f}};
+    EXPECT_TRUE(c.validate().is_ok());
 }
 
 }  // namespace

@@ -13,7 +13,7 @@ struct type_row {
 };
 
 // Block geometry from the GGUF specification (ggml block layouts).
-constexpr std::array<type_row, 20> k_types = {{
+constexpr std::array<type_row, 23> k_types = {{
     {tensor_type::f32,  {"F32", 1, 4}},
     {tensor_type::f16,  {"F16", 1, 2}},
     {tensor_type::q4_0, {"Q4_0", 32, 2 + 16}},
@@ -28,12 +28,19 @@ constexpr std::array<type_row, 20> k_types = {{
     {tensor_type::q5_k, {"Q5_K", 256, 2 + 2 + 12 + 32 + 128}},
     {tensor_type::q6_k, {"Q6_K", 256, 128 + 64 + 16 + 2}},
     {tensor_type::q8_k, {"Q8_K", 256, 4 + 256 + 32}},
+    // IQ4_NL: f16 scale, 32 4-bit indices into a fixed non-linear table.
+    {tensor_type::iq4_nl, {"IQ4_NL", 32, 2 + 16}},
+    // IQ4_XS: f16 super-scale, 8 6-bit sub-scales (2 high bits in a u16, 4 low in 4
+    // bytes), 256 4-bit indices into the IQ4_NL table.
+    {tensor_type::iq4_xs, {"IQ4_XS", 256, 2 + 2 + 4 + 128}},
     {tensor_type::i8,   {"I8", 1, 1}},
     {tensor_type::i16,  {"I16", 1, 2}},
     {tensor_type::i32,  {"I32", 1, 4}},
     {tensor_type::i64,  {"I64", 1, 8}},
     {tensor_type::f64,  {"F64", 1, 8}},
     {tensor_type::bf16, {"BF16", 1, 2}},
+    // MXFP4 (OCP microscaling): one E8M0 shared exponent, 32 E2M1 values as nibbles.
+    {tensor_type::mxfp4, {"MXFP4", 32, 1 + 16}},
 }};
 
 }  // namespace

@@ -27,12 +27,15 @@ enum class tensor_type : uint32_t {
     q5_k = 13,
     q6_k = 14,
     q8_k = 15,
+    iq4_nl = 20,
+    iq4_xs = 23,
     i8   = 24,
     i16  = 25,
     i32  = 26,
     i64  = 27,
     f64  = 28,
     bf16 = 30,
+    mxfp4 = 39,
 };
 
 struct tensor_type_traits {

@@ -201,6 +201,54 @@ TEST(gguf_malformed, DataSectionPastEndOfFileIsRefused) {
     EXPECT_FALSE(parse(im.bytes).is_ok());
 }
 
+// The block geometry of the types that arrived with the second wave of shared models:
+// a tensor of two blocks opens with exactly that many bytes, and refuses one byte less
+// of data section, or a row that is not a whole number of blocks.
+TEST(gguf_malformed, BlockGeometryOfIq4AndMxfp4) {
+    struct geometry_case {
+        uint32_t    raw_type;
+        const char *name;
+        int64_t     block_elems;
+        size_t      block_bytes;
+    };
+    const std::vector<geometry_case> cases = {
+        {20, "IQ4_NL", 32, 18},
+        {23, "IQ4_XS", 256, 136},
+        {39, "MXFP4", 32, 17},
+    };
+    for (const auto & c : cases) {
+        auto traits = get_tensor_type_traits(c.raw_type);
+        ASSERT_TRUE(traits.has_value()) << c.name;
+        EXPECT_EQ(traits->name, c.name);
+        EXPECT_EQ(traits->block_elems, c.block_elems) << c.name;
+        EXPECT_EQ(traits->block_bytes, c.block_bytes) << c.name;
+        EXPECT_EQ(parse_tensor_type(c.name), static_cast<tensor_type>(c.raw_type)) << c.name;
+
+        const size_t n_bytes = 2 * c.block_bytes;
+        auto build = [&](uint64_t row_elems, size_t data_bytes) {
+            image im(3, 1, 0);
+            im.tensor("t", {row_elems}, c.raw_type, 0);
+            im.pad_to(32);
+            im.w.put_zeros(data_bytes);
+            return im.bytes;
+        };
+        auto valid = build(2 * c.block_elems, n_bytes);
+        auto f = file::from_bytes(valid);
+        ASSERT_TRUE(f.is_ok()) << c.name << ": " << f.error().message();
+        ASSERT_EQ((*f)->tensors().size(), 1u);
+        EXPECT_EQ((*f)->tensors()[0].n_bytes, n_bytes) << c.name;
+        EXPECT_EQ((*f)->tensors()[0].type, static_cast<tensor_type>(c.raw_type));
+
+        status short_data = parse(build(2 * c.block_elems, n_bytes - 1));
+        EXPECT_EQ(short_data.code(), error_code::invalid_data) << c.name;
+        EXPECT_NE(short_data.message().find("'t'"), std::string::npos) << short_data.message();
+
+        status partial_block = parse(build(2 * c.block_elems - 1, n_bytes));
+        EXPECT_EQ(partial_block.code(), error_code::invalid_data) << c.name;
+        EXPECT_NE(partial_block.message().find(c.name), std::string::npos) << partial_block.message();
+    }
+}
+
 TEST(gguf_malformed, RandomByteFlipsNeverCrash) {
     const auto full = valid_image();
     uint64_t rng = 0x9e3779b97f4a7c15ull;

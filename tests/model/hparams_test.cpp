@@ -90,6 +90,33 @@ TEST(hparams, MissingOrMisshapenTensorsAreRefused) {
     EXPECT_NE(st.message().find("ffn"), std::string::npos) << st.message();
 }
 
+// A copy of `w` in which tensor `name` is stored as `type` (zero bytes of the right size).
+gguf::writer with_tensor_type(gguf::writer & w, const std::string & name, tensor_type type) {
+    auto f = gguf::file::from_bytes(w.to_bytes());
+    EXPECT_TRUE(f.is_ok());
+    gguf::writer out;
+    for (const auto & [key, v] : (*f)->metadata()) out.set(key, v);
+    for (const auto & t : (*f)->tensors()) {
+        if (t.name != name) {
+            out.add_tensor(t.name, t.dims, t.type, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
+            continue;
+        }
+        out.add_tensor(t.name, t.dims, type, std::vector<uint8_t>(row_bytes(type, t.dims[0]) * static_cast<size_t>(t.n_rows())));
+    }
+    return out;
+}
+
+// A file may hold any type the GGUF reader knows; a weight of a type without kernels
+// must be refused at load, naming the tensor and the type.
+TEST(hparams, WeightOfATypeWithoutKernelsIsRefusedByName) {
+    auto base = minimal_writer("llama");
+    auto w = with_tensor_type(base, "blk.1.ffn_down.weight", tensor_type::q8_1);
+    status st = load(w);
+    EXPECT_EQ(st.code(), error_code::unsupported);
+    EXPECT_NE(st.message().find("blk.1.ffn_down.weight"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("Q8_1"), std::string::npos) << st.message();
+}
+
 TEST(hparams, LayerRangesBindOnlyTheirTensors) {
     auto w = minimal_writer("llama");
     EXPECT_TRUE(load(w, {0, 1}).is_ok());

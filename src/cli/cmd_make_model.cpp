@@ -2,6 +2,7 @@
 #include "base/log.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "model/quant_mix.h"
 #include "model/synthetic.h"
 
 #include <cstdint>
@@ -71,7 +72,7 @@ void add_make_model_command(CLI::App & app, command_runner & run) {
     add_number(cmd, "--n-ff", f->n_ff, "Feed-forward width", 1, 1 << 20);
     auto * nv = add_number(cmd, "--n-vocab", f->n_vocab, "Size of the generated SPM vocabulary", 267, 1 << 22);
     cmd->add_option("--vocab-from", f->vocab_from, "Copy the vocabulary of this GGUF file")->check(CLI::ExistingFile)->excludes(nv);
-    cmd->add_option("--type", f->type, "Weight type: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q4_K_M (case-insensitive)");
+    cmd->add_option("--type", f->type, "Weight type: " + quant_mix_names() + " (case-insensitive)");
     add_number(cmd, "--seed", f->seed, "Random seed", 0, UINT64_MAX)->capture_default_str();
     cmd->add_option("-o,--output", f->output, "Output .gguf path")->required();
     cmd->callback([&run, f] {

@@ -1,6 +1,7 @@
 #include "model/synthetic.h"
 
 #include "kernels/kernels.h"
+#include "model/quant_mix.h"
 
 #include <cmath>
 #include <cstdio>
@@ -41,12 +42,6 @@ std::vector<uint8_t> f32_vector(rng & r, int64_t n, float center, float spread) 
         std::memcpy(out.data() + i * 4, &v, 4);
     }
     return out;
-}
-
-// llama.cpp's Q4_K_M gives attn_v and ffn_down more bits in the first and last eighth
-// of the layers and in every third layer between.
-bool use_more_bits(int32_t il, int32_t n_layer) {
-    return il < n_layer / 8 || il >= 7 * n_layer / 8 || (il - n_layer / 8) % 3 == 2;
 }
 
 // A SentencePiece-style vocabulary: <unk> <s> </s>, 256 byte tokens, then pieces.
@@ -118,19 +113,10 @@ result<gguf::writer> build_synthetic_model(const synthetic_model_options & o) {
     if (o.n_head % o.n_head_kv != 0) return bad("--n-head must be a multiple of --n-head-kv");
     if ((o.n_embd / o.n_head) % 2 != 0) return bad("the head dimension (n_embd / n_head) must be even");
 
-    const bool q4_k_m = o.type == "Q4_K_M" || o.type == "q4_k_m";
-    auto parsed = q4_k_m ? std::optional<tensor_type>(tensor_type::q4_k) : parse_tensor_type(o.type);
-    if (!parsed || !kernels::is_supported(*parsed)) {
-        return bad("--type '" + o.type + "' is not one of F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q4_K_M");
-    }
-    const tensor_type base_type = *parsed;
+    SKIPPY_ASSIGN_OR_RETURN(quant_mix mix, parse_quant_mix(o.type));
+    const tensor_type base_type = mix.base_type;
     const int64_t block = get_tensor_type_traits(static_cast<uint32_t>(base_type))->block_elems;
-    const int64_t block_hi = q4_k_m ? 256 : block;
     const int32_t q_dim = o.n_embd, kv_dim = o.n_head_kv * (o.n_embd / o.n_head);
-    if (o.n_embd % block_hi != 0 || o.n_ff % block_hi != 0) {
-        return bad("--n-embd and --n-ff must be multiples of " + std::to_string(block_hi) + " for type " + o.type);
-    }
-
     gguf::writer w;
     int32_t n_vocab = o.n_vocab;
     const std::string p = o.arch + ".";
@@ -144,18 +130,7 @@ result<gguf::writer> build_synthetic_model(const synthetic_model_options & o) {
     w.set(p + "attention.head_count_kv", gguf::value::make_u32(static_cast<uint32_t>(o.n_head_kv)));
     w.set(p + "attention.layer_norm_rms_epsilon", gguf::value::make_f32(1e-5f));
     w.set(p + "rope.freq_base", gguf::value::make_f32(o.arch == "qwen2" ? 1000000.0f : 10000.0f));
-    // llama_ftype numbers, so other readers describe the file correctly.
-    uint32_t file_type = 0;
-    switch (base_type) {
-        case tensor_type::f16: file_type = 1; break;
-        case tensor_type::q4_0: file_type = 2; break;
-        case tensor_type::q8_0: file_type = 7; break;
-        case tensor_type::q4_k: file_type = q4_k_m ? 15 : 14; break;
-        case tensor_type::q6_k: file_type = 18; break;
-        case tensor_type::bf16: file_type = 32; break;
-        default: break;
-    }
-    w.set("general.file_type", gguf::value::make_u32(file_type));
+    w.set("general.file_type", gguf::value::make_u32(mix.file_type));
     if (block > 1) w.set("general.quantization_version", gguf::value::make_u32(2));
 
     if (o.vocab_from) {
@@ -175,27 +150,36 @@ result<gguf::writer> build_synthetic_model(const synthetic_model_options & o) {
     const float amp_embd = 1.0f;
     const float amp_in = std::sqrt(3.0f / static_cast<float>(o.n_embd));  // unit variance after the product
     const float amp_ff = std::sqrt(3.0f / static_cast<float>(o.n_ff));
-    w.add_tensor("token_embd.weight", {o.n_embd, n_vocab}, base_type, random_tensor(r, base_type, o.n_embd, n_vocab, amp_embd));
+    // One random matrix of the type the mix gives that tensor.
+    auto add_matrix = [&](const std::string & name, int32_t il, int64_t n_cols, int64_t n_rows, float amplitude) -> status {
+        const tensor_type t = type_for_weight(mix, weight_slot{name, il, o.n_layer, n_cols});
+        const int64_t block_elems = get_tensor_type_traits(static_cast<uint32_t>(t))->block_elems;
+        if (n_cols % block_elems != 0) {
+            return bad("--n-embd and --n-ff must be multiples of " + std::to_string(block_elems) + " for type " + o.type +
+                       " (tensor " + name + " is " + std::string(tensor_type_name(t)) + ")");
+        }
+        w.add_tensor(name, {n_cols, n_rows}, t, random_tensor(r, t, n_cols, n_rows, amplitude));
+        return status::ok();
+    };
+    SKIPPY_TRY(add_matrix("token_embd.weight", -1, o.n_embd, n_vocab, amp_embd));
     w.add_tensor("output_norm.weight", {o.n_embd}, tensor_type::f32, f32_vector(r, o.n_embd, 1.0f, 0.1f));
-    const tensor_type head_type = q4_k_m ? tensor_type::q6_k : base_type;
-    w.add_tensor("output.weight", {o.n_embd, n_vocab}, head_type, random_tensor(r, head_type, o.n_embd, n_vocab, amp_in));
+    SKIPPY_TRY(add_matrix("output.weight", -1, o.n_embd, n_vocab, amp_in));
     for (int32_t il = 0; il < o.n_layer; ++il) {
         const std::string b = "blk." + std::to_string(il) + ".";
-        const tensor_type more = q4_k_m && use_more_bits(il, o.n_layer) ? tensor_type::q6_k : base_type;
         w.add_tensor(b + "attn_norm.weight", {o.n_embd}, tensor_type::f32, f32_vector(r, o.n_embd, 1.0f, 0.1f));
-        w.add_tensor(b + "attn_q.weight", {o.n_embd, q_dim}, base_type, random_tensor(r, base_type, o.n_embd, q_dim, amp_in));
-        w.add_tensor(b + "attn_k.weight", {o.n_embd, kv_dim}, base_type, random_tensor(r, base_type, o.n_embd, kv_dim, amp_in));
-        w.add_tensor(b + "attn_v.weight", {o.n_embd, kv_dim}, more, random_tensor(r, more, o.n_embd, kv_dim, amp_in));
+        SKIPPY_TRY(add_matrix(b + "attn_q.weight", il, o.n_embd, q_dim, amp_in));
+        SKIPPY_TRY(add_matrix(b + "attn_k.weight", il, o.n_embd, kv_dim, amp_in));
+        SKIPPY_TRY(add_matrix(b + "attn_v.weight", il, o.n_embd, kv_dim, amp_in));
         if (o.arch == "qwen2") {
             w.add_tensor(b + "attn_q.bias", {q_dim}, tensor_type::f32, f32_vector(r, q_dim, 0.0f, 0.1f));
             w.add_tensor(b + "attn_k.bias", {kv_dim}, tensor_type::f32, f32_vector(r, kv_dim, 0.0f, 0.1f));
             w.add_tensor(b + "attn_v.bias", {kv_dim}, tensor_type::f32, f32_vector(r, kv_dim, 0.0f, 0.1f));
         }
-        w.add_tensor(b + "attn_output.weight", {q_dim, o.n_embd}, base_type, random_tensor(r, base_type, q_dim, o.n_embd, amp_in));
+        SKIPPY_TRY(add_matrix(b + "attn_output.weight", il, q_dim, o.n_embd, amp_in));
         w.add_tensor(b + "ffn_norm.weight", {o.n_embd}, tensor_type::f32, f32_vector(r, o.n_embd, 1.0f, 0.1f));
-        w.add_tensor(b + "ffn_gate.weight", {o.n_embd, o.n_ff}, base_type, random_tensor(r, base_type, o.n_embd, o.n_ff, amp_in));
-        w.add_tensor(b + "ffn_up.weight", {o.n_embd, o.n_ff}, base_type, random_tensor(r, base_type, o.n_embd, o.n_ff, amp_in));
-        w.add_tensor(b + "ffn_down.weight", {o.n_ff, o.n_embd}, more, random_tensor(r, more, o.n_ff, o.n_embd, amp_ff));
+        SKIPPY_TRY(add_matrix(b + "ffn_gate.weight", il, o.n_embd, o.n_ff, amp_in));
+        SKIPPY_TRY(add_matrix(b + "ffn_up.weight", il, o.n_embd, o.n_ff, amp_in));
+        SKIPPY_TRY(add_matrix(b + "ffn_down.weight", il, o.n_ff, o.n_embd, amp_ff));
     }
     return w;
 }

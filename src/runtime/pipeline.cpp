@@ -44,6 +44,16 @@ void local_pipeline::end(int32_t lane) {
     lanes_[static_cast<size_t>(lane)].token_sampler.reset();
 }
 
+status pipeline_i::prefill_prompt(int32_t lane, std::span<const token_id> prompt, int32_t chunk_tokens, bool) {
+    const int64_t n_prefill = static_cast<int64_t>(prompt.size()) - 1;
+    const int64_t from = std::clamp<int64_t>(cached_tokens(lane), 0, std::max<int64_t>(n_prefill, 0));
+    for (int64_t pos = from; pos < n_prefill; pos += chunk_tokens) {
+        const int64_t n = std::min<int64_t>(chunk_tokens, n_prefill - pos);
+        SKIPPY_TRY(prefill(lane, pos, prompt.subspan(static_cast<size_t>(pos), static_cast<size_t>(n))));
+    }
+    return status::ok();
+}
+
 const char * finish_reason_name(finish_reason r) {
     switch (r) {
         case finish_reason::length: return "length";
@@ -90,16 +100,9 @@ result<generation_result> run_generation(pipeline_i & pipeline, int32_t lane, co
     out.prompt_tokens = n_prompt;
     SKIPPY_TRY(pipeline.begin(lane, request.sampling, request.prompt, request.cache_key));
     lane_guard guard{pipeline, lane};
-    if (request.max_tokens == 0) SKIPPY_TRY(pipeline.settle_restore(lane));
-
     // The last prompt token runs through decode, which samples the first new token.
     // Positions a prefix cache restored in begin() are not computed again.
-    const int64_t n_prefill = n_prompt - 1;
-    const int64_t restored = std::clamp<int64_t>(pipeline.cached_tokens(lane), 0, n_prefill);
-    for (int64_t pos = restored; pos < n_prefill; pos += request.prefill_chunk_tokens) {
-        const int64_t n = std::min<int64_t>(request.prefill_chunk_tokens, n_prefill - pos);
-        SKIPPY_TRY(pipeline.prefill(lane, pos, std::span<const token_id>(request.prompt).subspan(static_cast<size_t>(pos), static_cast<size_t>(n))));
-    }
+    SKIPPY_TRY(pipeline.prefill_prompt(lane, request.prompt, request.prefill_chunk_tokens, request.max_tokens > 0));
     out.cached_tokens = pipeline.cached_tokens(lane);
 
     if (request.max_tokens == 0) {

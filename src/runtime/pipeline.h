@@ -45,15 +45,18 @@ public:
     // Ends the request on `lane` (stages may record what was computed, then reset it).
     virtual void end(int32_t lane) = 0;
 
+    // Computes the prompt begin() was given up to its last token (which decode()
+    // computes), from where begin()'s restore left off: positions [cached_tokens(),
+    // n - 1), in chunks of at most chunk_tokens. `decodes` says whether decode() will
+    // follow; a pipeline that meant to restore on the first decode restores now when
+    // none follows, so that cached_tokens() counts only what was restored.
+    // The default runs prefill() chunk by chunk.
+    virtual status prefill_prompt(int32_t lane, std::span<const token_id> prompt, int32_t chunk_tokens, bool decodes);
+
     // Prompt positions [0, n) whose KV a prefix cache restored instead of computing.
     // After begin() prefill starts there; after the first decode it is final (a restore
     // that rode on that decode and missed was computed instead, and reads 0).
     virtual int64_t cached_tokens(int32_t lane) const { (void)lane; return 0; }
-
-    // For a request that will not decode (max_tokens 0): carries out now a restore
-    // begin() left for the first decode, so cached_tokens counts only what was
-    // restored. Afterwards prefill starts at cached_tokens().
-    virtual status settle_restore(int32_t lane) { (void)lane; return status::ok(); }
 };
 
 // A whole model in this process: one stage holding every layer.

@@ -1,31 +1,36 @@
 #include "transport/chain.h"
 
 #include "base/log.h"
-#include "runtime/sampler.h"
+#include "transport/chain_restore.h"
 #include "transport/convert.h"
+#include "transport/downstream.h"
+#include "transport/lane_session.h"
+#include "transport/timing.h"
 
 namespace skippy::transport {
 
 using protocol::message_kind;
 
-struct chain_pipeline::lane_state {
-    explicit lane_state(stage_cache_host * host, int32_t lane) : cache(host, lane) {}
+struct chain_pipeline::lane_state final : chain_restore::chain_i {
+    lane_state(chain_pipeline & owner, stage & st, stage_cache_host * host, int32_t lane, downstream_link::dial_fn dial)
+        : self(owner), index(lane), session(st, host, lane, 0), forward(std::move(dial), owner.options_.credit_window),
+          restore(session, *this, owner.single_stage()) {}
 
-    stage_link               forward;
-    int32_t                  outstanding = 0;
+    // chain_restore::chain_i
+    protocol::request make_request(message_kind kind, int64_t pos_start) override { return self.make_request(*this, kind, pos_start); }
+    status roundtrip(protocol::request req, protocol::reply & reply) override { return self.roundtrip(*this, std::move(req), reply); }
+    void add_counters(const cache::cache_counters & c) override { add_cache_counters(stats, c); }
+
+    chain_pipeline &         self;
+    const int32_t            index;
+    lane_session             session;
+    downstream_link          forward;  // to stage 1
+    chain_restore            restore;
     uint64_t                 next_request_id = 1;
     bool                     broken = true;  // (re)connect on the next begin()
-    std::vector<float>       hidden;
     protocol::stats_block    stats;          // merged over the current request
     int32_t                  decode_step = 0;
-    std::vector<token_id>    prompt;
-    int64_t                  restored = 0;       // prompt positions restored from the cache
-    bool                     restore_on_decode = false;  // TryRestorePrefillDecode pending
-    lane_cache               cache;
-    // Single-stage chains sample here.
-    std::unique_ptr<sampler> token_sampler;
-    std::vector<token_id>    sequence;
-    std::vector<float>       logits;
+    int64_t                  n_prompt = 0;
     // Set by the acceptor thread, taken by the lane's user.
     std::mutex                  return_mutex;
     std::condition_variable     return_ready;
@@ -33,19 +38,6 @@ struct chain_pipeline::lane_state {
 };
 
 namespace {
-
-uint32_t micros_since(clock::time_point t0) {
-    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - t0).count();
-    return us > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(us);
-}
-
-// A measured interval for the stats block: rounded up, and at least 1 µs, so that 0
-// always means "not measured" (docs/protocol.md, Stats block).
-uint32_t measured_us_since(clock::time_point t0) {
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0).count();
-    const int64_t us = ns <= 0 ? 1 : (ns + 999) / 1000;
-    return us > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(us);
-}
 
 constexpr int32_t k_fallback_chunk_tokens = 512;
 
@@ -55,7 +47,17 @@ chain_pipeline::chain_pipeline(std::unique_ptr<stage> stage0, std::unique_ptr<st
                                tcp_listener return_listener, const chain_options & options)
     : stage_(std::move(stage0)), cache_(std::move(cache)), topo_(std::move(topo)), listener_(std::move(return_listener)),
       options_(options), handshakes_(options.link.max_pending_handshakes) {
-    for (int32_t i = 0; i < stage_->n_lanes(); ++i) lanes_.push_back(std::make_unique<lane_state>(cache_.get(), i));
+    for (int32_t i = 0; i < stage_->n_lanes(); ++i) {
+        auto dial = [this, i]() -> result<stage_link> {
+            protocol::hello h;
+            h.link = protocol::link_kind::forward;
+            h.lane = static_cast<uint32_t>(i);
+            h.sender_stage = 0;
+            const auto & ep = topo_.stages[1].address;
+            return connect_link(ep, h, options_.link, "stage 1 (" + ep.to_string() + ")");
+        };
+        lanes_.push_back(std::make_unique<lane_state>(*this, *stage_, cache_.get(), i, std::move(dial)));
+    }
     if (!single_stage()) acceptor_ = std::thread([this] { accept_loop(); });
 }
 
@@ -118,7 +120,7 @@ status chain_pipeline::fail_lane(int32_t lane, const status & st) {
         std::lock_guard<std::mutex> lock(ls.return_mutex);
         ls.return_link.reset();
     }
-    ls.cache.reset();
+    ls.session.cache().reset();
     stage_->truncate_lane(lane, 0);
     SKIPPY_LOG_WARN("stage 0: lane %d failed: %s", lane, st.to_string().c_str());
     return st;
@@ -132,13 +134,7 @@ status chain_pipeline::ensure_connected(int32_t lane) {
         std::lock_guard<std::mutex> lock(ls.return_mutex);
         ls.return_link.reset();  // the final stage dials a fresh one on ConfigureGeneration
     }
-    protocol::hello h;
-    h.link = protocol::link_kind::forward;
-    h.lane = static_cast<uint32_t>(lane);
-    h.sender_stage = 0;
-    const auto & ep = topo_.stages[1].address;
-    SKIPPY_ASSIGN_OR_RETURN(ls.forward, connect_link(ep, h, options_.link, "stage 1 (" + ep.to_string() + ")"));
-    ls.outstanding = 0;
+    SKIPPY_TRY(ls.forward.ensure_connected());
     ls.broken = false;
     return status::ok();
 }
@@ -147,8 +143,9 @@ protocol::request chain_pipeline::make_request(lane_state & ls, message_kind kin
     protocol::request r;
     r.kind = kind;
     r.request_id = ls.next_request_id++;
+    r.session_id = static_cast<uint64_t>(ls.index);
     r.pos_start = pos_start;
-    r.state.prompt_token_count = static_cast<uint32_t>(ls.prompt.size());
+    r.state.prompt_token_count = static_cast<uint32_t>(ls.n_prompt);
     r.state.decode_step = static_cast<uint32_t>(ls.decode_step);
     r.state.source_stage = 0;
     switch (kind) {
@@ -161,32 +158,6 @@ protocol::request chain_pipeline::make_request(lane_state & ls, message_kind kin
     return r;
 }
 
-protocol::activation_frame chain_pipeline::output_frame(const std::vector<float> & hidden) const {
-    protocol::activation_frame frame;
-    frame.producer_stage = 0;
-    frame.layer_start = static_cast<uint32_t>(stage_->slice().range().start);
-    frame.layer_end = static_cast<uint32_t>(stage_->slice().range().end);
-    frame.n_embd = static_cast<uint32_t>(stage_->hparams().n_embd);
-    frame.values = hidden;
-    return frame;
-}
-
-// One reply from stage 1: an ack of a streamed request returns credit; the reply to
-// `want_id` (if any) goes to *out.
-status chain_pipeline::read_forward_reply(lane_state & ls, uint64_t want_id, protocol::reply * out) {
-    SKIPPY_ASSIGN_OR_RETURN(protocol::reply r, ls.forward.read_reply(ls.forward.reply_deadline()));
-    if (r.kind == message_kind::error) return protocol::error_reply_status(r);
-    if (out && r.request_id == want_id) {
-        *out = std::move(r);
-        return status::ok();
-    }
-    if (r.kind != message_kind::ack || ls.outstanding <= 0) {
-        return make_error(error_code::invalid_data, "stage 1 sent an unexpected " + std::string(protocol::message_kind_name(r.kind)));
-    }
-    --ls.outstanding;
-    return status::ok();
-}
-
 // The return link closed: a stage that failed closed its links and sent its reason
 // upstream, hop by hop. Prefer that reason when it arrives shortly. When the forward
 // link closes too without a reason, stage 1 itself is gone: a dead stage sends
@@ -196,7 +167,7 @@ status chain_pipeline::read_forward_reply(lane_state & ls, uint64_t want_id, pro
 status chain_pipeline::upstream_reason(lane_state & ls, const status & fallback) {
     const auto deadline = clock::now() + std::chrono::seconds(2);
     while (ls.forward.connected()) {
-        auto r = ls.forward.read_reply(deadline);
+        auto r = ls.forward.link().read_reply(deadline);
         if (!r.is_ok()) {
             if (r.error().message().find("timed out") != std::string::npos) return fallback;
             return r.error();  // the nearest failed stage: stage 1
@@ -206,26 +177,18 @@ status chain_pipeline::upstream_reason(lane_state & ls, const status & fallback)
     return fallback;
 }
 
-status chain_pipeline::roundtrip(int32_t lane, protocol::request req, protocol::reply & reply) {
-    lane_state & ls = *lanes_[static_cast<size_t>(lane)];
-    req.session_id = static_cast<uint64_t>(lane);
-    const auto t0 = clock::now();
-    while (ls.outstanding > 0) SKIPPY_TRY(read_forward_reply(ls, 0, nullptr));
-    SKIPPY_TRY(ls.forward.send_request(req));
-    ls.stats.max_forward_us = std::max(ls.stats.max_forward_us, measured_us_since(t0));
-    SKIPPY_TRY(read_forward_reply(ls, req.request_id, &reply));
+status chain_pipeline::roundtrip(lane_state & ls, protocol::request req, protocol::reply & reply) {
+    uint32_t forward_us = 0;
+    SKIPPY_TRY(ls.forward.roundtrip(req, reply, &forward_us));
+    ls.stats.max_forward_us = std::max(ls.stats.max_forward_us, forward_us);
     ls.stats = protocol::merge_stats(ls.stats, reply.stats);
     return status::ok();
 }
 
-status chain_pipeline::send_streamed(int32_t lane, protocol::request req) {
-    lane_state & ls = *lanes_[static_cast<size_t>(lane)];
-    req.session_id = static_cast<uint64_t>(lane);
-    const auto t0 = clock::now();
-    while (ls.outstanding >= options_.credit_window) SKIPPY_TRY(read_forward_reply(ls, 0, nullptr));
-    SKIPPY_TRY(ls.forward.send_request(req));
-    ls.stats.max_forward_us = std::max(ls.stats.max_forward_us, measured_us_since(t0));
-    ++ls.outstanding;
+status chain_pipeline::send_streamed(lane_state & ls, protocol::request req) {
+    uint32_t forward_us = 0;
+    SKIPPY_TRY(ls.forward.send_streamed(req, &forward_us));
+    ls.stats.max_forward_us = std::max(ls.stats.max_forward_us, forward_us);
     return status::ok();
 }
 
@@ -235,27 +198,16 @@ status chain_pipeline::begin(int32_t lane, const sampling_config & sampling, std
     SKIPPY_TRY(sampling.validate());
     lane_state & ls = *lanes_[static_cast<size_t>(lane)];
     stage_->truncate_lane(lane, 0);
-    ls.prompt.assign(prompt_tokens.begin(), prompt_tokens.end());
+    ls.n_prompt = static_cast<int64_t>(prompt_tokens.size());
     ls.decode_step = 0;
     ls.stats = {};
-    ls.restored = 0;
-    ls.restore_on_decode = false;
+    ls.restore.reset();
     const cache::cache_mode mode = options_.cache.config.mode;
-    ls.cache.configure(std::string(cache_key), mode, static_cast<int64_t>(ls.prompt.size()));
-    // The last prompt token always runs through decode: at most n - 1 are restorable.
-    const int64_t restorable_max = static_cast<int64_t>(ls.prompt.size()) - 1;
+    ls.session.cache().configure(std::string(cache_key), mode, ls.n_prompt);
 
     if (single_stage()) {
-        ls.token_sampler = std::make_unique<sampler>(sampling);
-        ls.sequence.clear();
-        if (ls.cache.lookups() && restorable_max >= ls.cache.min_tokens()) {
-            const auto r = ls.cache.restore(std::span<const token_id>(ls.prompt).first(static_cast<size_t>(restorable_max)),
-                                            restorable_max, cache::lookup_kind::restore, true);
-            add_cache_counters(ls.stats, r.counters);
-            ls.restored = r.restored_tokens;
-            ls.sequence.assign(ls.prompt.begin(), ls.prompt.begin() + ls.restored);
-        }
-        return status::ok();
+        ls.session.start_sampling(sampling);
+        return ls.restore.begin(prompt_tokens);
     }
 
     status st = ensure_connected(lane);
@@ -268,7 +220,7 @@ status chain_pipeline::begin(int32_t lane, const sampling_config & sampling, std
     gc.cache_min_tokens = static_cast<uint32_t>(std::max<int64_t>(0, options_.cache.config.min_tokens));
     req.generation = gc;
     protocol::reply reply;
-    st = roundtrip(lane, std::move(req), reply);
+    st = roundtrip(ls, std::move(req), reply);
     if (!st.is_ok()) return fail_lane(lane, st);
     {
         // The final stage opened the return link before acking; the acceptor may still
@@ -279,87 +231,37 @@ status chain_pipeline::begin(int32_t lane, const sampling_config & sampling, std
             return fail_lane(lane, make_error(error_code::unavailable, "the final stage did not open its return link to stage 0"));
         }
     }
-    if (ls.cache.lookups() && restorable_max >= ls.cache.min_tokens()) {
-        st = restore_chain(lane);
+    st = ls.restore.begin(prompt_tokens);
+    return st.is_ok() ? st : fail_lane(lane, st);
+}
+
+status chain_pipeline::prefill_prompt(int32_t lane, std::span<const token_id> prompt, int32_t chunk_tokens, bool decodes) {
+    lane_state & ls = *lanes_[static_cast<size_t>(lane)];
+    if (!decodes) {
+        const status st = ls.restore.settle();
         if (!st.is_ok()) return fail_lane(lane, st);
     }
-    return status::ok();
-}
-
-// Finds the longest prefix every stage can restore and restores it everywhere, or
-// nowhere. A full-prompt hit is left for the first decode (TryRestorePrefillDecode).
-status chain_pipeline::restore_chain(int32_t lane) {
-    lane_state & ls = *lanes_[static_cast<size_t>(lane)];
-    const std::span<const token_id> query = std::span<const token_id>(ls.prompt).first(ls.prompt.size() - 1);
-    const int64_t local = ls.cache.probe(query);
-    if (local < ls.cache.min_tokens()) return status::ok();
-    protocol::request probe = make_request(ls, message_kind::probe_prefill, 0);
-    probe.tokens.assign(query.begin(), query.begin() + local);
-    protocol::reply reply;
-    SKIPPY_TRY(roundtrip(lane, std::move(probe), reply));
-    const int64_t chain = std::min(local, reply.restored_tokens);
-    if (chain < ls.cache.min_tokens()) return status::ok();
-    if (chain == static_cast<int64_t>(query.size())) {
-        ls.restored = chain;
-        ls.restore_on_decode = true;
-        return status::ok();
-    }
-    return restore_prefix(lane, chain);
-}
-
-// Restores the first `chain` prompt tokens on every stage (TryRestorePrefill down the
-// chain, then here), or leaves every stage as it was.
-status chain_pipeline::restore_prefix(int32_t lane, int64_t chain) {
-    lane_state & ls = *lanes_[static_cast<size_t>(lane)];
-    const std::span<const token_id> query = std::span<const token_id>(ls.prompt).first(static_cast<size_t>(chain));
-    protocol::reply reply;
-    protocol::request restore = make_request(ls, message_kind::try_restore_prefill, 0);
-    restore.tokens.assign(query.begin(), query.end());
-    SKIPPY_TRY(roundtrip(lane, std::move(restore), reply));
-    if (reply.outcome != protocol::ack_outcome::hit) return status::ok();  // everyone below rolled back
-    const auto r = ls.cache.restore(query, chain, cache::lookup_kind::try_restore, false);
-    add_cache_counters(ls.stats, r.counters);
-    if (r.outcome == cache::lookup_outcome::hit && r.restored_tokens == chain) {
-        ls.restored = chain;
-        return status::ok();
-    }
-    // Our own entry went away between probe and restore: undo the stages below.
-    protocol::request trim = make_request(ls, message_kind::trim_session, 0);
-    return roundtrip(lane, std::move(trim), reply);
-}
-
-status chain_pipeline::settle_restore(int32_t lane) {
-    lane_state & ls = *lanes_[static_cast<size_t>(lane)];
-    if (!ls.restore_on_decode) return status::ok();
-    ls.restore_on_decode = false;
-    const int64_t chain = ls.restored;
-    ls.restored = 0;
-    const status st = restore_prefix(lane, chain);
-    return st.is_ok() ? st : fail_lane(lane, st);
+    return pipeline_i::prefill_prompt(lane, prompt, chunk_tokens, decodes);
 }
 
 status chain_pipeline::prefill(int32_t lane, int64_t pos_start, std::span<const token_id> tokens) {
     lane_state & ls = *lanes_[static_cast<size_t>(lane)];
     if (!single_stage() && ls.broken) return make_error(error_code::unavailable, "lane " + std::to_string(lane) + " is not connected");
     const int64_t n = static_cast<int64_t>(tokens.size());
-    const int32_t n_embd = stage_->hparams().n_embd;
     const auto t0 = clock::now();
     cache::cache_counters counters;
     // In-band on a chunk at position 0 (nothing was restored): skip it when its frame
     // and KV are both cached.
-    const bool from_cache = !single_stage() && pos_start == 0 && ls.cache.restore_chunk_with_activation(tokens, n_embd, ls.hidden, counters);
+    const bool from_cache = !single_stage() && ls.session.lookup_chunk(pos_start, tokens, false, counters).from_cache;
     if (!from_cache) {
-        ls.hidden.resize(static_cast<size_t>(n * n_embd));
-        status st = stage_->forward(lane, pos_start, tokens, {}, n, ls.hidden);
+        status st = ls.session.compute(pos_start, tokens, {});
         if (!st.is_ok()) return single_stage() ? st : fail_lane(lane, st);
-        ls.cache.note_prefill(pos_start, tokens);
-        if (!single_stage() && pos_start == 0) ls.cache.record_activation(tokens, n_embd, ls.hidden);
+        ls.session.note_computed(pos_start, tokens);
     }
-    counters.merge(ls.cache.record_if_final(pos_start + n, false));
+    counters.merge(ls.session.cache().record_if_final(pos_start + n, false));
     add_cache_counters(ls.stats, counters);
     if (single_stage()) {
-        ls.sequence.resize(static_cast<size_t>(pos_start));
-        ls.sequence.insert(ls.sequence.end(), tokens.begin(), tokens.end());
+        ls.session.track_tokens(pos_start, tokens);
         return status::ok();
     }
     protocol::request req = make_request(ls, message_kind::prefill, pos_start);
@@ -367,45 +269,33 @@ status chain_pipeline::prefill(int32_t lane, int64_t pos_start, std::span<const 
     // This stage's counters are already in ls.stats; the final stage's reply carries
     // the merge of the stages below, so sending them down would count them twice.
     req.stats.max_compute_us = micros_since(t0);
-    req.activation = output_frame(ls.hidden);
-    status st = send_streamed(lane, std::move(req));
+    req.activation = ls.session.output_frame();
+    status st = send_streamed(ls, std::move(req));
     return st.is_ok() ? st : fail_lane(lane, st);
-}
-
-result<token_id> chain_pipeline::sample_local(int32_t lane, int64_t pos) {
-    lane_state & ls = *lanes_[static_cast<size_t>(lane)];
-    ls.logits.resize(static_cast<size_t>(stage_->hparams().n_vocab));
-    stage_->logits(ls.hidden, 1, ls.logits);
-    ls.sequence.resize(static_cast<size_t>(pos + 1));
-    ls.token_sampler->set_history(ls.sequence);
-    return ls.token_sampler->sample(ls.logits);
 }
 
 result<token_id> chain_pipeline::decode(int32_t lane, int64_t pos, token_id token) {
     lane_state & ls = *lanes_[static_cast<size_t>(lane)];
+    const std::span<const token_id> one(&token, 1);
     if (single_stage()) {
-        if (!ls.token_sampler) return make_error(error_code::internal, "decode before begin");
-        ls.hidden.resize(static_cast<size_t>(stage_->hparams().n_embd));
-        SKIPPY_TRY(stage_->forward(lane, pos, std::span<const token_id>(&token, 1), {}, 1, ls.hidden));
-        ls.sequence.resize(static_cast<size_t>(pos));
-        ls.sequence.push_back(token);
+        if (!ls.session.sampling()) return make_error(error_code::internal, "decode before begin");
+        SKIPPY_TRY(ls.session.compute(pos, one, {}));
+        ls.session.track_tokens(pos, one);
         ++ls.decode_step;
-        return sample_local(lane, pos);
+        return ls.session.sample_last_row();
     }
     if (ls.broken) return make_error(error_code::unavailable, "lane " + std::to_string(lane) + " is not connected");
-    if (ls.restore_on_decode) return decode_with_restore(lane, pos, token);
-    const int32_t n_embd = stage_->hparams().n_embd;
-    ls.hidden.resize(static_cast<size_t>(n_embd));
+    if (ls.restore.deferred()) return decode_with_restore(lane, pos, token);
     const auto t0 = clock::now();
-    status st = stage_->forward(lane, pos, std::span<const token_id>(&token, 1), {}, 1, ls.hidden);
+    status st = ls.session.compute(pos, one, {});
     if (!st.is_ok()) return fail_lane(lane, st);
     protocol::request req = make_request(ls, message_kind::decode, pos);
     req.state.current_token = token;
     req.tokens = {token};
     req.stats.max_compute_us = micros_since(t0);
-    req.activation = output_frame(ls.hidden);
+    req.activation = ls.session.output_frame();
     const uint64_t id = req.request_id;
-    st = send_streamed(lane, std::move(req));
+    st = send_streamed(ls, std::move(req));
     if (!st.is_ok()) return fail_lane(lane, st);
     return wait_for_token(lane, id);
 }
@@ -415,38 +305,22 @@ result<token_id> chain_pipeline::decode(int32_t lane, int64_t pos, token_id toke
 // since the probe) rolls the chain back and computes the prompt instead.
 result<token_id> chain_pipeline::decode_with_restore(int32_t lane, int64_t pos, token_id token) {
     lane_state & ls = *lanes_[static_cast<size_t>(lane)];
-    ls.restore_on_decode = false;
-    const int64_t n = ls.restored;
-    const std::span<const token_id> prefix = std::span<const token_id>(ls.prompt).first(static_cast<size_t>(n));
-    const auto r = ls.cache.restore(prefix, n, cache::lookup_kind::try_restore_decode, false);
-    add_cache_counters(ls.stats, r.counters);
-    if (r.outcome == cache::lookup_outcome::hit && r.restored_tokens == n && pos == n) {
-        const int32_t n_embd = stage_->hparams().n_embd;
-        ls.hidden.resize(static_cast<size_t>(n_embd));
-        status st = stage_->forward(lane, pos, std::span<const token_id>(&token, 1), {}, 1, ls.hidden);
-        if (!st.is_ok()) return fail_lane(lane, st);
-        protocol::request req = make_request(ls, message_kind::try_restore_prefill_decode, 0);
-        req.tokens.assign(prefix.begin(), prefix.end());
-        req.state.current_token = token;
-        req.activation = output_frame(ls.hidden);
-        protocol::reply reply;
-        st = roundtrip(lane, std::move(req), reply);
-        if (!st.is_ok()) return fail_lane(lane, st);
-        if (reply.kind == message_kind::predicted_token) {
-            if (reply.token < 0 || reply.token >= n_vocab()) {
-                return fail_lane(lane, make_error(error_code::invalid_data, "the final stage returned a token outside the vocabulary"));
-            }
-            ++ls.decode_step;
-            return static_cast<token_id>(reply.token);
+    auto next = ls.restore.decode(pos, token, [&] { return ls.session.compute(pos, std::span<const token_id>(&token, 1), {}); });
+    if (!next.is_ok()) return fail_lane(lane, next.error());
+    if (next->has_value()) {
+        const int32_t t = **next;
+        if (t < 0 || t >= n_vocab()) {
+            return fail_lane(lane, make_error(error_code::invalid_data, "the final stage returned a token outside the vocabulary"));
         }
+        ++ls.decode_step;
+        return static_cast<token_id>(t);
     }
     // Fall back: compute the whole prompt from position 0 on every stage.
-    ls.cache.rollback();
     stage_->truncate_lane(lane, 0);
-    ls.restored = 0;
+    const auto & prompt = ls.restore.prompt();
     for (int64_t p = 0; p < pos; p += k_fallback_chunk_tokens) {
         const int64_t m = std::min<int64_t>(k_fallback_chunk_tokens, pos - p);
-        SKIPPY_TRY(prefill(lane, p, std::span<const token_id>(ls.prompt).subspan(static_cast<size_t>(p), static_cast<size_t>(m))));
+        SKIPPY_TRY(prefill(lane, p, std::span<const token_id>(prompt).subspan(static_cast<size_t>(p), static_cast<size_t>(m))));
     }
     return decode(lane, pos, token);
 }
@@ -466,7 +340,7 @@ result<token_id> chain_pipeline::wait_for_token(int32_t lane, uint64_t request_i
         const int ready = wait_readable(fds, deadline);
         if (ready < 0) return fail_lane(lane, make_error(error_code::unavailable, "timed out waiting for the predicted token"));
         if (ready == 1) {
-            status st = read_forward_reply(ls, 0, nullptr);
+            status st = ls.forward.read_one(0, nullptr);
             if (!st.is_ok()) return fail_lane(lane, st);
             continue;
         }
@@ -490,16 +364,16 @@ result<token_id> chain_pipeline::wait_for_token(int32_t lane, uint64_t request_i
 void chain_pipeline::end(int32_t lane) {
     if (lane < 0 || lane >= n_lanes()) return;
     lane_state & ls = *lanes_[static_cast<size_t>(lane)];
-    add_cache_counters(ls.stats, ls.cache.stop());
+    add_cache_counters(ls.stats, ls.session.cache().stop());
     stage_->truncate_lane(lane, 0);
-    ls.token_sampler.reset();
+    ls.session.stop_sampling();
     if (single_stage() || ls.broken) return;
     protocol::reply reply;
-    status st = roundtrip(lane, make_request(ls, message_kind::stop, 0), reply);
+    status st = roundtrip(ls, make_request(ls, message_kind::stop, 0), reply);
     if (!st.is_ok()) (void)fail_lane(lane, st);
 }
 
-int64_t chain_pipeline::cached_tokens(int32_t lane) const { return lanes_[static_cast<size_t>(lane)]->restored; }
+int64_t chain_pipeline::cached_tokens(int32_t lane) const { return lanes_[static_cast<size_t>(lane)]->restore.restored(); }
 
 protocol::stats_block chain_pipeline::last_stats(int32_t lane) const { return lanes_[static_cast<size_t>(lane)]->stats; }
 

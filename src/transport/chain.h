@@ -18,7 +18,6 @@
 #pragma once
 
 #include "runtime/pipeline.h"
-#include "transport/lane_cache.h"
 #include "transport/stage_server.h"
 
 #include <condition_variable>
@@ -46,8 +45,8 @@ public:
     status prefill(int32_t lane, int64_t pos_start, std::span<const token_id> tokens) override;
     result<token_id> decode(int32_t lane, int64_t pos, token_id token) override;
     void end(int32_t lane) override;
+    status prefill_prompt(int32_t lane, std::span<const token_id> prompt, int32_t chunk_tokens, bool decodes) override;
     int64_t cached_tokens(int32_t lane) const override;
-    status settle_restore(int32_t lane) override;
 
     // Stats merged along the chain for the lane's current (or last) request: cache hits
     // and records with their stage masks, compute maxima.
@@ -70,17 +69,12 @@ private:
     void register_return_link(handshake_pool::pending & p);
     status fail_lane(int32_t lane, const status & st);
     status ensure_connected(int32_t lane);
-    status read_forward_reply(lane_state & ls, uint64_t want_id, protocol::reply * out);
     status upstream_reason(lane_state & ls, const status & fallback);
-    status roundtrip(int32_t lane, protocol::request req, protocol::reply & reply);
+    status roundtrip(lane_state & ls, protocol::request req, protocol::reply & reply);
     protocol::request make_request(lane_state & ls, protocol::message_kind kind, int64_t pos_start) const;
-    status send_streamed(int32_t lane, protocol::request req);
-    status restore_chain(int32_t lane);
-    status restore_prefix(int32_t lane, int64_t n_tokens);
+    status send_streamed(lane_state & ls, protocol::request req);
     result<token_id> decode_with_restore(int32_t lane, int64_t pos, token_id token);
     result<token_id> wait_for_token(int32_t lane, uint64_t request_id);
-    result<token_id> sample_local(int32_t lane, int64_t pos);
-    protocol::activation_frame output_frame(const std::vector<float> & hidden) const;
     bool single_stage() const { return topo_.n_stages() == 1; }
 
     std::unique_ptr<stage>                     stage_;

@@ -1,9 +1,10 @@
 #include "transport/stage_server.h"
 
 #include "base/log.h"
-#include "runtime/sampler.h"
 #include "transport/convert.h"
-#include "transport/lane_cache.h"
+#include "transport/downstream.h"
+#include "transport/lane_session.h"
+#include "transport/timing.h"
 
 #include <algorithm>
 #include <chrono>
@@ -14,19 +15,6 @@ namespace skippy::transport {
 using protocol::message_kind;
 
 namespace {
-
-uint32_t micros_since(clock::time_point t0) {
-    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - t0).count();
-    return us > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(us);
-}
-
-// A measured interval for the stats block: rounded up, and at least 1 µs, so that 0
-// always means "not measured" (docs/protocol.md, Stats block).
-uint32_t measured_us_since(clock::time_point t0) {
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0).count();
-    const int64_t us = ns <= 0 ? 1 : (ns + 999) / 1000;
-    return us > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(us);
-}
 
 bool is_streamed(message_kind k) {
     return k == message_kind::prefill || k == message_kind::prefill_final || k == message_kind::decode;
@@ -40,7 +28,8 @@ public:
     lane_worker(stage_server & server, int32_t lane, stage_link upstream)
         : server_(server), stage_(*server.stage_), lane_(lane), upstream_(std::move(upstream)),
           is_final_(stage_.is_last()), n_embd_(stage_.hparams().n_embd),
-          me_("stage " + std::to_string(server.stage_index_)), cache_(server.cache_.get(), lane) {}
+          me_("stage " + std::to_string(server.stage_index_)), session_(stage_, server.cache_.get(), lane, server.stage_index_),
+          downstream_([this] { return dial_next(); }, server.options_.credit_window) {}
 
     void run();
 
@@ -53,33 +42,24 @@ private:
     status handle_try_restore_decode(protocol::request & req, protocol::reply & out);
 
     status check_activation(const protocol::request & req, int64_t rows) const;
-    status compute(int64_t pos_start, std::span<const token_id> tokens, std::span<const float> act_in);
     status sample_and_return(const protocol::request & req, protocol::stats_block stats);
-    token_id sample_last_row();
-    void track_tokens(int64_t pos_start, std::span<const token_id> tokens);
     status forward_streamed(protocol::request req, const protocol::stats_block & stats);
     status forward_sync(protocol::request fwd, protocol::reply & reply);
-    status connect_downstream();
-    status read_downstream(uint64_t want_id, protocol::reply * out);
-    uint32_t take_pending_forward_us() { return std::exchange(pending_forward_us_, 0); }
+    result<stage_link> dial_next();
+    status connect_return();
 
     stage_server &           server_;
     stage &                  stage_;
     const int32_t            lane_;
     stage_link               upstream_;
-    stage_link               downstream_;  // next stage, or stage 0's return link on the final stage
     const bool               is_final_;
     const int32_t            n_embd_;
     const std::string        me_;
-    lane_cache               cache_;
-    int32_t                  outstanding_ = 0;  // streamed requests downstream has not acked
-    std::unique_ptr<sampler> sampler_;
-    std::vector<token_id>    sequence_;       // final stage: the tokens at positions [0, n), for penalties
-    protocol::stats_block    pending_stats_;  // final stage: prefill stats not yet returned to stage 0
-    std::vector<float>       hidden_, logits_;
+    lane_session             session_;
+    downstream_link          downstream_;  // non-final stages: the next stage
+    stage_link               returns_;     // the final stage: stage 0's return link
     uint64_t                 current_request_ = 0;
-    clock::time_point        received_at_;             // when current_request_'s frame was read
-    uint32_t                 pending_forward_us_ = 0;  // forward time not yet reported (sent with the next message)
+    clock::time_point        received_at_;  // when current_request_'s frame was read
 };
 
 void stage_server::lane_worker::run() {
@@ -88,23 +68,25 @@ void stage_server::lane_worker::run() {
         std::lock_guard<std::mutex> lock(slot.mutex);
         slot.upstream = &upstream_;
         slot.downstream = &downstream_;
+        slot.returns = &returns_;
     }
     stage_.truncate_lane(lane_, 0);
     SKIPPY_LOG_DEBUG("%s: lane %d connected", me_.c_str(), lane_);
 
     status failure;
     while (!server_.stopping_.load()) {
-        const int fds[2] = {upstream_.fd(), downstream_.connected() ? downstream_.fd() : -1};
-        const int ready = wait_readable(std::span<const int>(fds, downstream_.connected() ? 2 : 1), clock::now() + std::chrono::seconds(1));
+        const int below = is_final_ ? returns_.fd() : downstream_.fd();
+        const int fds[2] = {upstream_.fd(), below};
+        const int ready = wait_readable(std::span<const int>(fds, below >= 0 ? 2 : 1), clock::now() + std::chrono::seconds(1));
         if (ready < 0) continue;
         if (ready == 1) {
             if (is_final_) {
                 // Stage 0 never writes on the return link: readable means it closed it.
                 std::lock_guard<std::mutex> lock(slot.mutex);
-                downstream_.close();
+                returns_.close();
                 continue;
             }
-            failure = read_downstream(0, nullptr);
+            failure = downstream_.read_one(0, nullptr);
             if (!failure.is_ok()) break;
             continue;
         }
@@ -126,15 +108,16 @@ void stage_server::lane_worker::run() {
             SKIPPY_LOG_WARN("%s: lane %d closed: %s", me_.c_str(), lane_, failure.to_string().c_str());
             upstream_.fail(current_request_, failure.with_context(me_));
             // Stage 0 may be waiting on the return link: tell it the reason there too.
-            if (is_final_) downstream_.fail(current_request_, failure.with_context(me_));
+            if (is_final_) returns_.fail(current_request_, failure.with_context(me_));
         }
         slot.upstream = nullptr;
         slot.downstream = nullptr;
+        slot.returns = nullptr;
         upstream_.close();
-        downstream_.close();
+        returns_.close();
     }
-    cache_.reset();
-    stage_.truncate_lane(lane_, 0);
+    downstream_.close();
+    session_.reset();
 }
 
 status stage_server::lane_worker::handle(protocol::request & req) {
@@ -156,16 +139,15 @@ status stage_server::lane_worker::handle(protocol::request & req) {
             if (req.kind == message_kind::stop) {
                 // A request that ended without a token (max_tokens 0) never collected
                 // the prefill stats the final stage holds for its reply: they go here.
-                if (is_final_) ack.stats = protocol::merge_stats(ack.stats, pending_stats_);
-                pending_stats_ = {};
-                add_cache_counters(ack.stats, cache_.stop());
+                if (is_final_) ack.stats = protocol::merge_stats(ack.stats, session_.pending_stats);
+                session_.pending_stats = {};
+                add_cache_counters(ack.stats, session_.cache().stop());
                 stage_.truncate_lane(lane_, 0);
-                sampler_.reset();
-                sequence_.clear();
+                session_.stop_sampling();
             } else {
-                if (req.pos_start == 0) cache_.rollback();
+                if (req.pos_start == 0) session_.cache().rollback();
                 stage_.truncate_lane(lane_, req.pos_start);
-                if (static_cast<int64_t>(sequence_.size()) > req.pos_start) sequence_.resize(static_cast<size_t>(req.pos_start));
+                session_.trim_tokens(req.pos_start);
             }
             break;
         }
@@ -183,7 +165,7 @@ status stage_server::lane_worker::handle(protocol::request & req) {
             return make_error(error_code::unsupported,
                               me_ + " does not handle " + std::string(protocol::message_kind_name(req.kind)) + " requests");
     }
-    ack.stats.max_forward_us = std::max(ack.stats.max_forward_us, take_pending_forward_us());
+    ack.stats.max_forward_us = std::max(ack.stats.max_forward_us, session_.take_pending_forward_us());
     return upstream_.send_reply(ack);
 }
 
@@ -201,39 +183,19 @@ status stage_server::lane_worker::check_activation(const protocol::request & req
     return status::ok();
 }
 
-status stage_server::lane_worker::compute(int64_t pos_start, std::span<const token_id> tokens, std::span<const float> act_in) {
-    const int64_t n = static_cast<int64_t>(tokens.size());
-    hidden_.resize(static_cast<size_t>(n * n_embd_));
-    return stage_.forward(lane_, pos_start, tokens, act_in, n, hidden_);
-}
-
-void stage_server::lane_worker::track_tokens(int64_t pos_start, std::span<const token_id> tokens) {
-    if (!is_final_) return;
-    sequence_.resize(static_cast<size_t>(std::min<int64_t>(pos_start, static_cast<int64_t>(sequence_.size()))));
-    sequence_.insert(sequence_.end(), tokens.begin(), tokens.end());
-}
-
-token_id stage_server::lane_worker::sample_last_row() {
-    const int64_t rows = static_cast<int64_t>(hidden_.size()) / n_embd_;
-    logits_.resize(static_cast<size_t>(stage_.hparams().n_vocab));
-    stage_.logits(std::span<const float>(hidden_).subspan(static_cast<size_t>((rows - 1) * n_embd_)), 1, logits_);
-    sampler_->set_history(sequence_);
-    return sampler_->sample(logits_);
-}
-
 status stage_server::lane_worker::sample_and_return(const protocol::request & req, protocol::stats_block stats) {
     protocol::reply tok;
     tok.kind = message_kind::predicted_token;
     tok.request_id = req.request_id;
-    tok.token = sample_last_row();
+    tok.token = session_.sample_last_row();
     tok.decode_step = req.state.decode_step;
-    tok.stats = protocol::merge_stats(pending_stats_, stats);
-    tok.stats.max_forward_us = std::max(tok.stats.max_forward_us, take_pending_forward_us());
-    pending_stats_ = {};
+    tok.stats = protocol::merge_stats(session_.pending_stats, stats);
+    tok.stats.max_forward_us = std::max(tok.stats.max_forward_us, session_.take_pending_forward_us());
+    session_.pending_stats = {};
     const auto t0 = clock::now();
-    SKIPPY_TRY(connect_downstream());
-    SKIPPY_TRY(downstream_.send_reply(tok));
-    pending_forward_us_ = measured_us_since(t0);  // reported with the next token or reply
+    SKIPPY_TRY(connect_return());
+    SKIPPY_TRY(returns_.send_reply(tok));
+    session_.note_forward_us(measured_us_since(t0));  // reported with the next token or reply
     return status::ok();
 }
 
@@ -241,45 +203,32 @@ status stage_server::lane_worker::handle_streamed(protocol::request & req) {
     const auto t0 = clock::now();
     const int64_t n = static_cast<int64_t>(req.tokens.size());
     SKIPPY_TRY(check_activation(req, n));
-    if (is_final_ && !sampler_) return make_error(error_code::invalid_data, "prefill/decode before ConfigureGeneration");
+    if (is_final_ && !session_.sampling()) return make_error(error_code::invalid_data, "prefill/decode before ConfigureGeneration");
     const bool prefill = req.kind != message_kind::decode;
     cache::cache_counters counters;
 
     // In-band lookup at position 0 (DESIGN §6): a non-final stage skips the chunk when
     // its forwarded frame and KV are both cached; the final stage restores what it can
     // and computes only the rest (it forwards nothing).
-    bool from_cache = false;  // the whole chunk: KV restored and the output frame cached
-    int64_t restored = 0;
-    if (prefill && req.pos_start == 0 && cache_.lookups()) {
-        if (!is_final_) {
-            from_cache = cache_.restore_chunk_with_activation(req.tokens, n_embd_, hidden_, counters);
-            restored = from_cache ? n : 0;
-        } else {
-            const int64_t max = req.kind == message_kind::prefill_final ? n - 1 : n;
-            const auto r = cache_.restore(req.tokens, max, cache::lookup_kind::in_band, true);
-            counters.merge(r.counters);
-            restored = r.restored_tokens;
-        }
-    }
+    lane_session::chunk_lookup hit;
+    if (prefill) hit = session_.lookup_chunk(req.pos_start, req.tokens, req.kind == message_kind::prefill_final, counters);
     protocol::stats_block local;
-    if (!from_cache && restored < n) {
+    if (!hit.from_cache && hit.restored < n) {
         local.max_queue_us = measured_us_since(received_at_);
-        const auto rows = std::span<const float>(req.activation->values).subspan(static_cast<size_t>(restored * n_embd_));
-        SKIPPY_TRY(compute(req.pos_start + restored, std::span<const token_id>(req.tokens).subspan(static_cast<size_t>(restored)), rows));
-        if (prefill) {
-            cache_.note_prefill(req.pos_start + restored, std::span<const token_id>(req.tokens).subspan(static_cast<size_t>(restored)));
-            if (!is_final_ && req.pos_start == 0) cache_.record_activation(req.tokens, n_embd_, hidden_);
-        }
+        const auto rest = std::span<const token_id>(req.tokens).subspan(static_cast<size_t>(hit.restored));
+        const auto rows = std::span<const float>(req.activation->values).subspan(static_cast<size_t>(hit.restored * n_embd_));
+        SKIPPY_TRY(session_.compute(req.pos_start + hit.restored, rest, rows));
+        if (prefill) session_.note_computed(req.pos_start + hit.restored, rest);
     }
-    track_tokens(req.pos_start, req.tokens);
-    if (prefill) counters.merge(cache_.record_if_final(req.pos_start + n, req.kind == message_kind::prefill_final));
+    if (is_final_) session_.track_tokens(req.pos_start, req.tokens);
+    if (prefill) counters.merge(session_.cache().record_if_final(req.pos_start + n, req.kind == message_kind::prefill_final));
 
     local.max_compute_us = micros_since(t0);
     add_cache_counters(local, counters);
     const protocol::stats_block merged = protocol::merge_stats(req.stats, local);
     if (is_final_) {
         if (req.kind == message_kind::prefill) {
-            pending_stats_ = protocol::merge_stats(pending_stats_, merged);
+            session_.pending_stats = protocol::merge_stats(session_.pending_stats, merged);
         } else {
             SKIPPY_TRY(sample_and_return(req, merged));
         }
@@ -294,36 +243,27 @@ status stage_server::lane_worker::handle_streamed(protocol::request & req) {
 }
 
 status stage_server::lane_worker::forward_streamed(protocol::request fwd, const protocol::stats_block & stats) {
-    const auto t0 = clock::now();
-    SKIPPY_TRY(connect_downstream());
-    while (outstanding_ >= server_.options_.credit_window) SKIPPY_TRY(read_downstream(0, nullptr));
     fwd.state.source_stage = static_cast<uint32_t>(server_.stage_index_);
     fwd.stats = stats;
     // This frame's own forward time is only known once it is sent: it rides with the next one.
-    fwd.stats.max_forward_us = std::max(fwd.stats.max_forward_us, take_pending_forward_us());
-    auto & frame = *fwd.activation;
-    frame.producer_stage = static_cast<uint32_t>(server_.stage_index_);
-    frame.layer_start = static_cast<uint32_t>(stage_.slice().range().start);
-    frame.layer_end = static_cast<uint32_t>(stage_.slice().range().end);
-    frame.dtype = protocol::activation_dtype::f32;
-    frame.values.assign(hidden_.begin(), hidden_.end());
-    SKIPPY_TRY(downstream_.send_request(fwd));
-    pending_forward_us_ = measured_us_since(t0);
-    ++outstanding_;
+    fwd.stats.max_forward_us = std::max(fwd.stats.max_forward_us, session_.take_pending_forward_us());
+    session_.fill_output_frame(*fwd.activation);
+    uint32_t forward_us = 0;
+    SKIPPY_TRY(downstream_.send_streamed(fwd, &forward_us));
+    session_.note_forward_us(forward_us);
     return status::ok();
 }
 
 status stage_server::lane_worker::handle_configure(const protocol::request & req, protocol::reply & ack) {
     if (!req.generation) return make_error(error_code::invalid_data, "ConfigureGeneration without a config");
     stage_.truncate_lane(lane_, 0);
-    cache_.configure(req.generation->cache_key, to_cache_mode(req.generation->cache_mode), req.state.prompt_token_count);
-    pending_stats_ = {};
+    session_.cache().configure(req.generation->cache_key, to_cache_mode(req.generation->cache_mode), req.state.prompt_token_count);
+    session_.pending_stats = {};
     if (is_final_) {
         sampling_config sc = to_sampling_config(req.generation->sampling);
         SKIPPY_TRY(sc.validate());
-        sampler_ = std::make_unique<sampler>(std::move(sc));
-        sequence_.clear();
-        return connect_downstream();  // the return link, before stage 0 hears the ack
+        session_.start_sampling(std::move(sc));
+        return connect_return();  // before stage 0 hears the ack
     }
     protocol::reply down;
     SKIPPY_TRY(forward_sync(req, down));
@@ -332,7 +272,8 @@ status stage_server::lane_worker::handle_configure(const protocol::request & req
 }
 
 status stage_server::lane_worker::handle_probe(const protocol::request & req, protocol::reply & ack) {
-    int64_t restorable = cache_.probe(req.tokens);
+    lane_cache & cache = session_.cache();
+    int64_t restorable = cache.probe(req.tokens);
     if (!is_final_ && restorable > 0) {
         protocol::request fwd = req;
         fwd.tokens.resize(static_cast<size_t>(restorable));
@@ -341,7 +282,7 @@ status stage_server::lane_worker::handle_probe(const protocol::request & req, pr
         restorable = std::min(restorable, down.restored_tokens);
         ack.stats = down.stats;
     }
-    if (restorable < cache_.min_tokens()) restorable = 0;
+    if (restorable < cache.min_tokens()) restorable = 0;
     const int64_t n = static_cast<int64_t>(req.tokens.size());
     ack.restored_tokens = restorable;
     ack.outcome = restorable == n ? protocol::ack_outcome::hit : restorable > 0 ? protocol::ack_outcome::short_hit : protocol::ack_outcome::miss;
@@ -351,12 +292,13 @@ status stage_server::lane_worker::handle_probe(const protocol::request & req, pr
 // TryRestorePrefill: all of `tokens` or nothing, here and below; a miss below rolls
 // this stage back. RestorePrefill: the same, without the rollback.
 status stage_server::lane_worker::handle_try_restore(const protocol::request & req, protocol::reply & ack) {
+    lane_cache & cache = session_.cache();
     const bool try_kind = req.kind == message_kind::try_restore_prefill;
     const int64_t n = static_cast<int64_t>(req.tokens.size());
-    const auto r = cache_.restore(req.tokens, n, try_kind ? cache::lookup_kind::try_restore : cache::lookup_kind::restore, false);
+    const auto r = cache.restore(req.tokens, n, try_kind ? cache::lookup_kind::try_restore : cache::lookup_kind::restore, false);
     add_cache_counters(ack.stats, r.counters);
     const bool hit = r.outcome == cache::lookup_outcome::hit && r.restored_tokens == n;
-    if (hit) track_tokens(0, req.tokens);
+    if (hit && is_final_) session_.track_tokens(0, req.tokens);
     ack.outcome = hit ? protocol::ack_outcome::hit : to_ack_outcome(r.outcome);
     ack.restored_tokens = hit ? n : 0;
     if (is_final_ || (!hit && try_kind)) return status::ok();
@@ -364,7 +306,7 @@ status stage_server::lane_worker::handle_try_restore(const protocol::request & r
     SKIPPY_TRY(forward_sync(req, down));
     ack.stats = protocol::merge_stats(ack.stats, down.stats);
     if (down.outcome != protocol::ack_outcome::hit) {
-        if (hit && try_kind) cache_.rollback();
+        if (hit && try_kind) cache.rollback();
         ack.outcome = down.outcome == protocol::ack_outcome::hit ? protocol::ack_outcome::miss : down.outcome;
         ack.restored_tokens = 0;
     }
@@ -377,34 +319,32 @@ status stage_server::lane_worker::handle_try_restore(const protocol::request & r
 status stage_server::lane_worker::handle_try_restore_decode(protocol::request & req, protocol::reply & out) {
     const auto t0 = clock::now();
     SKIPPY_TRY(check_activation(req, 1));
-    if (is_final_ && !sampler_) return make_error(error_code::invalid_data, "TryRestorePrefillDecode before ConfigureGeneration");
+    if (is_final_ && !session_.sampling()) return make_error(error_code::invalid_data, "TryRestorePrefillDecode before ConfigureGeneration");
+    lane_cache & cache = session_.cache();
     const int64_t n = static_cast<int64_t>(req.tokens.size());
-    const auto r = cache_.restore(req.tokens, n, cache::lookup_kind::try_restore_decode, false);
+    const auto r = cache.restore(req.tokens, n, cache::lookup_kind::try_restore_decode, false);
     add_cache_counters(out.stats, r.counters);
     if (r.outcome != cache::lookup_outcome::hit || r.restored_tokens != n) {
         out.outcome = to_ack_outcome(r.outcome == cache::lookup_outcome::hit ? cache::lookup_outcome::short_ : r.outcome);
-        if (r.restored_tokens > 0) cache_.rollback();
+        if (r.restored_tokens > 0) cache.rollback();
         return status::ok();
     }
     const token_id current = req.state.current_token;
+    const std::span<const token_id> one(&current, 1);
     out.stats.max_queue_us = measured_us_since(received_at_);
-    SKIPPY_TRY(compute(req.pos_start + n, std::span<const token_id>(&current, 1), req.activation->values));
+    SKIPPY_TRY(session_.compute(req.pos_start + n, one, req.activation->values));
     out.stats.max_compute_us = micros_since(t0);
     if (is_final_) {
-        track_tokens(0, req.tokens);
-        track_tokens(n, std::span<const token_id>(&current, 1));
+        session_.track_tokens(0, req.tokens);
+        session_.track_tokens(n, one);
         out.kind = message_kind::predicted_token;
-        out.token = sample_last_row();
+        out.token = session_.sample_last_row();
         out.decode_step = req.state.decode_step;
         out.restored_tokens = n;
         return status::ok();
     }
     protocol::request fwd = std::move(req);
-    auto & frame = *fwd.activation;
-    frame.producer_stage = static_cast<uint32_t>(server_.stage_index_);
-    frame.layer_start = static_cast<uint32_t>(stage_.slice().range().start);
-    frame.layer_end = static_cast<uint32_t>(stage_.slice().range().end);
-    frame.values.assign(hidden_.begin(), hidden_.end());
+    session_.fill_output_frame(*fwd.activation);
     fwd.stats = protocol::merge_stats(fwd.stats, out.stats);
     protocol::reply down;
     SKIPPY_TRY(forward_sync(std::move(fwd), down));
@@ -413,73 +353,51 @@ status stage_server::lane_worker::handle_try_restore_decode(protocol::request & 
         out = std::move(down);
         return status::ok();
     }
-    cache_.rollback();
+    cache.rollback();
     out.stats = protocol::merge_stats(out.stats, down.stats);
     out.outcome = down.outcome == protocol::ack_outcome::hit ? protocol::ack_outcome::miss : down.outcome;
     return status::ok();
 }
 
-status stage_server::lane_worker::connect_downstream() {
-    if (downstream_.connected()) return status::ok();
-    lane_slot & slot = *server_.lanes_[static_cast<size_t>(lane_)];
+result<stage_link> stage_server::lane_worker::dial_next() {
     protocol::hello h;
+    h.link = protocol::link_kind::forward;
     h.lane = static_cast<uint32_t>(lane_);
     h.sender_stage = static_cast<uint32_t>(server_.stage_index_);
-    const auto & topo = server_.topo_;
-    if (is_final_) {
-        h.link = protocol::link_kind::direct_return;
-        const auto & ep = topo.stages[0].address;
-        SKIPPY_ASSIGN_OR_RETURN(stage_link l, connect_link(ep, h, server_.options_.link, "stage 0 (" + ep.to_string() + ")"));
-        protocol::request open;
-        open.kind = message_kind::prediction_return_open;
-        open.session_id = static_cast<uint64_t>(lane_);
-        open.state.phase = protocol::message_phase::control;
-        open.state.source_stage = static_cast<uint32_t>(server_.stage_index_);
-        SKIPPY_TRY(l.send_request(open));
-        std::lock_guard<std::mutex> lock(slot.mutex);
-        downstream_ = std::move(l);
-    } else {
-        h.link = protocol::link_kind::forward;
-        const int32_t next = server_.stage_index_ + 1;
-        const auto & ep = topo.stages[static_cast<size_t>(next)].address;
-        SKIPPY_ASSIGN_OR_RETURN(stage_link l, connect_link(ep, h, server_.options_.link,
-                                                           "stage " + std::to_string(next) + " (" + ep.to_string() + ")"));
-        std::lock_guard<std::mutex> lock(slot.mutex);
-        downstream_ = std::move(l);
-    }
-    outstanding_ = 0;
-    return status::ok();
+    const int32_t next = server_.stage_index_ + 1;
+    const auto & ep = server_.topo_.stages[static_cast<size_t>(next)].address;
+    return connect_link(ep, h, server_.options_.link, "stage " + std::to_string(next) + " (" + ep.to_string() + ")");
 }
 
-// One reply from downstream: acks of streamed requests return credit; the reply to
-// `want_id` goes to *out; an Error becomes this lane's failure.
-status stage_server::lane_worker::read_downstream(uint64_t want_id, protocol::reply * out) {
-    SKIPPY_ASSIGN_OR_RETURN(protocol::reply r, downstream_.read_reply(downstream_.reply_deadline()));
-    if (r.kind == message_kind::error) return protocol::error_reply_status(r);
-    if (out && r.request_id == want_id) {
-        *out = std::move(r);
-        return status::ok();
-    }
-    if (r.kind != message_kind::ack) {
-        return make_error(error_code::invalid_data, downstream_.peer_name() + " sent an unexpected " +
-                                                        std::string(protocol::message_kind_name(r.kind)));
-    }
-    if (outstanding_ <= 0) return make_error(error_code::invalid_data, downstream_.peer_name() + " acked more than was sent");
-    --outstanding_;
+// The final stage's direct return link to stage 0, opened with PredictionReturnOpen.
+status stage_server::lane_worker::connect_return() {
+    if (returns_.connected()) return status::ok();
+    protocol::hello h;
+    h.link = protocol::link_kind::direct_return;
+    h.lane = static_cast<uint32_t>(lane_);
+    h.sender_stage = static_cast<uint32_t>(server_.stage_index_);
+    const auto & ep = server_.topo_.stages[0].address;
+    SKIPPY_ASSIGN_OR_RETURN(stage_link l, connect_link(ep, h, server_.options_.link, "stage 0 (" + ep.to_string() + ")"));
+    protocol::request open;
+    open.kind = message_kind::prediction_return_open;
+    open.session_id = static_cast<uint64_t>(lane_);
+    open.state.phase = protocol::message_phase::control;
+    open.state.source_stage = static_cast<uint32_t>(server_.stage_index_);
+    SKIPPY_TRY(l.send_request(open));
+    lane_slot & slot = *server_.lanes_[static_cast<size_t>(lane_)];
+    std::lock_guard<std::mutex> lock(slot.mutex);
+    returns_ = std::move(l);
     return status::ok();
 }
 
 // A control request goes downstream once every streamed request before it is acked.
 status stage_server::lane_worker::forward_sync(protocol::request fwd, protocol::reply & reply) {
-    const auto t0 = clock::now();
-    SKIPPY_TRY(connect_downstream());
-    while (outstanding_ > 0) SKIPPY_TRY(read_downstream(0, nullptr));
     fwd.state.source_stage = static_cast<uint32_t>(server_.stage_index_);
-    SKIPPY_TRY(downstream_.send_request(fwd));
-    pending_forward_us_ = std::max(pending_forward_us_, measured_us_since(t0));
-    SKIPPY_TRY(read_downstream(fwd.request_id, &reply));
+    uint32_t forward_us = 0;
+    SKIPPY_TRY(downstream_.roundtrip(fwd, reply, &forward_us));
+    session_.note_forward_us(forward_us);
     // The reply goes upstream as (part of) this stage's ack: report the forward time there.
-    reply.stats.max_forward_us = std::max(reply.stats.max_forward_us, take_pending_forward_us());
+    reply.stats.max_forward_us = std::max(reply.stats.max_forward_us, session_.take_pending_forward_us());
     return status::ok();
 }
 
@@ -506,6 +424,7 @@ void stage_server::stop() {
             std::lock_guard<std::mutex> lock(slot->mutex);
             if (slot->upstream) slot->upstream->shutdown();
             if (slot->downstream) slot->downstream->shutdown();
+            if (slot->returns) slot->returns->shutdown();
         }
         if (slot->worker.joinable()) slot->worker.join();
     }
@@ -554,6 +473,7 @@ void stage_server::start_lane(int32_t lane, stage_link upstream) {
         std::lock_guard<std::mutex> lock(slot.mutex);
         if (slot.upstream) slot.upstream->shutdown();
         if (slot.downstream) slot.downstream->shutdown();
+        if (slot.returns) slot.returns->shutdown();
     }
     if (slot.worker.joinable()) slot.worker.join();
     slot.worker = std::thread([this, lane, up = std::move(upstream)]() mutable {

@@ -24,6 +24,8 @@
 
 namespace skippy::transport {
 
+class downstream_link;
+
 struct chain_options {
     link_options   link;
     int32_t        credit_window = 4;  // streamed messages a sender may have unacknowledged
@@ -55,8 +57,10 @@ private:
         std::mutex   start_mutex;  // serializes replacing the lane's worker (handshakes run concurrently)
         std::mutex   mutex;
         std::thread  worker;
-        stage_link * upstream = nullptr;  // owned by the worker; shut down on replacement
-        stage_link * downstream = nullptr;
+        // Owned by the worker; shut down on replacement and at stop().
+        stage_link *      upstream = nullptr;
+        downstream_link * downstream = nullptr;
+        stage_link *      returns = nullptr;
     };
     class lane_worker;
 

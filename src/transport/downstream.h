@@ -1,0 +1,56 @@
+// The link a stage sends a lane's requests on to the next stage (docs/transport.md,
+// "A request"): streamed requests (Prefill, Decode) within a credit window, synchronous
+// ones (control, TryRestorePrefillDecode) once every streamed one before them is
+// acknowledged. Stage 0 and every stage k >= 1 use the same one.
+#pragma once
+
+#include "transport/link.h"
+
+#include <functional>
+#include <mutex>
+
+namespace skippy::transport {
+
+class downstream_link {
+public:
+    // Dials the next stage and completes the handshake (called when not connected).
+    using dial_fn = std::function<result<stage_link>()>;
+
+    // REQUIRES: credit_window >= 1.
+    downstream_link(dial_fn dial, int32_t credit_window) : dial_(std::move(dial)), credit_window_(credit_window) {}
+
+    // Dials when there is no connection; a fresh connection has nothing outstanding.
+    status ensure_connected();
+    bool connected() const { return link_.connected(); }
+    int fd() const { return link_.fd(); }
+    const std::string & peer_name() const { return link_.peer_name(); }
+    int32_t outstanding() const { return outstanding_; }
+    stage_link & link() { return link_; }
+
+    void close();
+    // Wakes a thread blocked on the link (its reads fail). Thread-safe against the
+    // owner's connect and close.
+    void shutdown();
+
+    // Reads one reply: an Ack of a streamed request returns credit; the reply to
+    // `want_id` goes to *out (when out is given); an Error reply is returned as its
+    // status; anything else is invalid_data.
+    status read_one(uint64_t want_id, protocol::reply * out);
+
+    // Connects if needed, waits for credit, sends. PROMISES: *forward_us is the time
+    // from the call to the frame being written (docs/protocol.md, max_forward_us).
+    status send_streamed(const protocol::request & r, uint32_t * forward_us);
+
+    // Connects if needed, waits until every streamed request is acknowledged, sends `r`
+    // and reads its reply. *forward_us as for send_streamed (the reply is not counted).
+    status roundtrip(const protocol::request & r, protocol::reply & reply, uint32_t * forward_us);
+
+private:
+    dial_fn         dial_;
+    const int32_t   credit_window_;
+    std::mutex      mutex_;  // link_ against shutdown() from other threads
+    stage_link      link_;
+    int32_t         outstanding_ = 0;  // streamed requests not acknowledged yet
+};
+
+}  // namespace skippy::transport

@@ -1,0 +1,94 @@
+// What one lane holds on one stage for the life of a request, and the steps of the lane
+// loop that are the same on every stage (docs/transport.md, "Lanes"): the lane's view
+// of the prefix cache, the in-band lookup of a prompt chunk and the bookkeeping after
+// it is computed, the activation frame a stage forwards, and on the final stage the
+// sampler with its penalty window. Stage 0 (chain_pipeline) and the stage servers both
+// drive their lanes through it.
+//
+// Not thread-safe: one thread drives a lane at a time.
+#pragma once
+
+#include "protocol/protocol.h"
+#include "runtime/sampler.h"
+#include "runtime/stage.h"
+#include "transport/lane_cache.h"
+
+#include <algorithm>
+#include <memory>
+#include <utility>
+#include <span>
+#include <vector>
+
+namespace skippy::transport {
+
+class lane_session {
+public:
+    // REQUIRES: `st` and `cache` (may be null: no cache) outlive the session; lane is
+    // one of st's lanes.
+    lane_session(stage & st, stage_cache_host * cache, int32_t lane, int32_t stage_index);
+
+    int32_t lane() const { return lane_; }
+    lane_cache & cache() { return cache_; }
+
+    // ---- the final stage's sampler
+    // A fresh sampler with an empty penalty window.
+    void start_sampling(sampling_config config);
+    void stop_sampling();
+    bool sampling() const { return sampler_ != nullptr; }
+    // The lane now holds `tokens` at positions [pos_start, +n): the penalty window
+    // follows the positions the session holds (positions past pos_start are dropped).
+    void track_tokens(int64_t pos_start, std::span<const token_id> tokens);
+    // Drops the window's positions >= n_tokens.
+    void trim_tokens(int64_t n_tokens);
+    // Samples the token after the last row of hidden(). REQUIRES: sampling(), and the
+    // stage is the last.
+    token_id sample_last_row();
+
+    // ---- prompt chunks
+    struct chunk_lookup {
+        bool    from_cache = false;  // KV and output frame both restored: hidden() holds the frame
+        int64_t restored = 0;        // leading tokens whose KV was restored
+    };
+    // The in-band lookup of a prompt chunk at position 0 (docs/kv-cache.md §10, step
+    // 5): a non-final stage restores the chunk's KV and the frame it forwarded for it,
+    // or nothing; the final stage the longest prefix it holds (for PrefillFinal, all
+    // but the last token, which must be computed to sample). Anywhere but position 0,
+    // or with lookups off, nothing.
+    chunk_lookup lookup_chunk(int64_t pos_start, std::span<const token_id> tokens, bool prefill_final,
+                              cache::cache_counters & counters);
+    // Runs the stage's layers on `tokens` at pos_start into hidden() (act_in: the
+    // rows from upstream on stages after the first).
+    status compute(int64_t pos_start, std::span<const token_id> tokens, std::span<const float> act_in);
+    // After prompt tokens [pos_start, +n) were computed: notes them for the record
+    // and, on a non-final stage at position 0, records the frame it forwards for them.
+    void note_computed(int64_t pos_start, std::span<const token_id> tokens);
+
+    // ---- output
+    std::vector<float> & hidden() { return hidden_; }
+    // The frame of hidden() rows as this stage forwards it.
+    protocol::activation_frame output_frame() const;
+    // Stamps `frame` as this stage's output (producer, layers) holding hidden().
+    void fill_output_frame(protocol::activation_frame & frame) const;
+
+    // Stats the final stage holds until its next reply to stage 0, and a forward time
+    // reported with the lane's next message (docs/protocol.md, max_forward_us).
+    protocol::stats_block pending_stats;
+    void note_forward_us(uint32_t us) { pending_forward_us_ = std::max(pending_forward_us_, us); }
+    uint32_t take_pending_forward_us() { return std::exchange(pending_forward_us_, 0); }
+
+    // Back to idle: cache state, sampler, window, pending stats; the lane's KV truncated.
+    void reset();
+
+private:
+    stage &                  stage_;
+    const int32_t            lane_;
+    const int32_t            stage_index_;
+    const int32_t            n_embd_;
+    lane_cache               cache_;
+    std::unique_ptr<sampler> sampler_;
+    std::vector<token_id>    sequence_;  // the tokens at positions [0, n), for penalties
+    std::vector<float>       hidden_, logits_;
+    uint32_t                 pending_forward_us_ = 0;
+};
+
+}  // namespace skippy::transport

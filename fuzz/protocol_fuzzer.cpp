@@ -1,6 +1,6 @@
 // libFuzzer target for the stage wire format (src/protocol).
 //
-// Every input goes to all four decoders, once with the default limits and once with
+// Every input goes to all five decoders, once with the default limits and once with
 // tiny ones (so that the limit checks are reached by short inputs). Beyond "no crash,
 // no sanitizer report", each decoded message must satisfy what the API promises:
 //   - it passes the matching validate_* call (decoders accept no more than encoders),
@@ -42,6 +42,15 @@ void fuzz_request(std::span<const uint8_t> in, const protocol_limits & limits) {
     FUZZ_CHECK(validate_request(*r, limits).is_ok());
     FUZZ_CHECK(encoded_request_bytes(*r) == in.size());
     FUZZ_CHECK(same_bytes(encode_request(*r), in));
+    check_frame_peeks(in, limits);
+}
+
+void fuzz_step(std::span<const uint8_t> in, const protocol_limits & limits) {
+    auto s = decode_step(in, limits);
+    if (!s.is_ok()) return;
+    FUZZ_CHECK(validate_step(*s, limits).is_ok());
+    FUZZ_CHECK(encoded_step_bytes(*s) == in.size());
+    FUZZ_CHECK(same_bytes(encode_step(*s), in));
     check_frame_peeks(in, limits);
 }
 
@@ -90,6 +99,7 @@ protocol_limits tiny_limits() {
     l.max_auth_token_bytes = 4;
     l.max_error_message_bytes = 8;
     l.max_predicted_tokens = 4;
+    l.max_step_entries = 2;
     return l;
 }
 
@@ -103,6 +113,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
     if (size >= frame_header_bytes) (void)peek_frame_kind(in.first(frame_header_bytes));
     for (const protocol_limits * limits : {&defaults, &tiny}) {
         fuzz_request(in, *limits);
+        fuzz_step(in, *limits);
         fuzz_reply(in, *limits);
         fuzz_hello(in, *limits);
         fuzz_hello_reply(in, *limits);

@@ -32,6 +32,7 @@ int main(int argc, char ** argv) {
     for (const reply & r : testing::sample_replies()) {
         ok &= write_file(dir + "/reply_" + std::string(message_kind_name(r.kind)) + ".bin", encode_reply(r));
     }
+    ok &= write_file(dir + "/step.bin", encode_step(testing::sample_step()));
     ok &= write_file(dir + "/hello.bin", encode_hello(testing::sample_hello()));
     ok &= write_file(dir + "/hello_reply.bin", encode_hello_reply(testing::sample_hello_reply()));
     if (!ok) {

@@ -17,6 +17,7 @@ std::string_view message_kind_name(message_kind kind) {
         case message_kind::try_restore_prefill_decode: return "try_restore_prefill_decode";
         case message_kind::trim_session:               return "trim_session";
         case message_kind::prediction_return_open:     return "prediction_return_open";
+        case message_kind::step:                       return "step";
         case message_kind::ack:                        return "ack";
         case message_kind::predicted_token:            return "predicted_token";
         case message_kind::predicted_tokens:           return "predicted_tokens";
@@ -30,6 +31,8 @@ bool is_request_kind(message_kind kind) {
     return v >= static_cast<uint16_t>(message_kind::prefill) &&
            v <= static_cast<uint16_t>(message_kind::prediction_return_open);
 }
+
+bool is_step_kind(message_kind kind) { return kind == message_kind::step; }
 
 bool is_reply_kind(message_kind kind) {
     const auto v = static_cast<uint16_t>(kind);
@@ -55,7 +58,7 @@ result<message_kind> peek_frame_kind(std::span<const uint8_t> header) {
         return wire::bad_field("frame", "kind", 4, "truncated: needs 6 bytes, " + wire::num(header.size()) + " given");
     }
     const auto kind = static_cast<message_kind>(load_u16_le(header.data() + 4));
-    if (!is_request_kind(kind) && !is_reply_kind(kind)) {
+    if (!is_request_kind(kind) && !is_step_kind(kind) && !is_reply_kind(kind)) {
         return wire::bad_field("frame", "kind", 4, "unknown kind " + wire::num(static_cast<uint16_t>(kind)));
     }
     return kind;

@@ -19,7 +19,8 @@ std::string version_reason(uint16_t peer_version) {
 }
 
 bool known_link(uint16_t v) {
-    return v == static_cast<uint16_t>(link_kind::forward) || v == static_cast<uint16_t>(link_kind::direct_return);
+    return v == static_cast<uint16_t>(link_kind::forward) || v == static_cast<uint16_t>(link_kind::direct_return) ||
+           v == static_cast<uint16_t>(link_kind::batch);
 }
 
 bool known_hello_status(uint16_t v) { return v <= static_cast<uint16_t>(hello_status::busy); }

@@ -42,7 +42,8 @@ namespace skippy::protocol {
 // Version of the whole wire format (handshake and frames). A change to any byte of
 // the format bumps it and updates docs/protocol.md and the golden tests together.
 // Version 2: TryRestorePrefillDecode carries the current token's activation row.
-inline constexpr uint16_t protocol_version = 2;
+// Version 3: Step frames on batch links (several lanes' rows in one frame).
+inline constexpr uint16_t protocol_version = 3;
 // Version of the state header inside a request.
 inline constexpr uint16_t state_header_version = 1;
 
@@ -67,6 +68,8 @@ struct protocol_limits {
     uint32_t max_error_message_bytes = 4096;
     // Most tokens in one PredictedTokens reply. Default 4096.
     uint32_t max_predicted_tokens = 4096;
+    // Most lane entries in one Step frame. Default 1024 (the most lanes a stage serves).
+    uint32_t max_step_entries = 1024;
 };
 
 // Frame header: u32 frame_bytes, u16 kind.
@@ -96,6 +99,7 @@ inline constexpr size_t hello_reply_fixed_bytes = 10;
 enum class link_kind : uint16_t {
     forward = 1,        // stage k-1 dials stage k: requests downstream, replies upstream
     direct_return = 2,  // the final stage dials stage 0 to return predicted tokens
+    batch = 3,          // stage k-1 dials stage k, one per hop (lane 0): Step frames down, their acks up
 };
 
 // First message on every connection, sent by the dialer.
@@ -188,6 +192,8 @@ enum class message_kind : uint16_t {
     try_restore_prefill_decode = 9,
     trim_session = 10,
     prediction_return_open = 11,
+    // a step of several lanes (travels downstream on a batch link; decode_step reads it)
+    step = 12,
     // replies (travel upstream, or to stage 0 on the return link)
     ack = 64,
     predicted_token = 65,
@@ -195,7 +201,9 @@ enum class message_kind : uint16_t {
     error = 67,
 };
 
+// Request kinds are 1..11 (decode_request); Step (12) has its own layout (decode_step).
 bool is_request_kind(message_kind kind);
+bool is_step_kind(message_kind kind);
 bool is_reply_kind(message_kind kind);
 // "prefill_final"; "unknown" for a value outside the enum.
 std::string_view message_kind_name(message_kind kind);
@@ -205,7 +213,7 @@ std::string_view message_kind_name(message_kind kind);
 // REQUIRES: first4.size() >= 4.
 result<uint32_t> peek_frame_length(std::span<const uint8_t> first4, const protocol_limits & limits);
 
-// The kind of a frame (request or reply) from its first frame_header_bytes; an
+// The kind of a frame (request, step or reply) from its first frame_header_bytes; an
 // unknown kind is invalid_data. REQUIRES: header.size() >= frame_header_bytes.
 result<message_kind> peek_frame_kind(std::span<const uint8_t> header);
 
@@ -413,6 +421,52 @@ std::vector<uint8_t> encode_request(const request & r);
 // frame.size(). Refuses reply kinds. The result equals the request that was encoded,
 // except that activation->dtype is the type that went on the wire.
 result<request> decode_request(std::span<const uint8_t> frame, const protocol_limits & limits);
+
+// ---------------------------------------------------------------------------------
+// Steps (version 3): one frame carrying the rows of several lanes, so that every stage
+// runs them as one batch (docs/protocol.md, "Steps")
+
+// Bytes of a Step before its first entry: header, flags, step_id, source_stage, n_entries.
+inline constexpr size_t step_fixed_bytes = 24;
+// Bytes of an entry before its tokens: a request's fixed part without frame_bytes.
+inline constexpr size_t step_entry_fixed_bytes = request_fixed_bytes - 4;
+
+// One lane's part of a step: what a Prefill, PrefillFinal or Decode request of that
+// lane would carry, without its activation (the step's activation holds its rows).
+struct step_entry {
+    message_kind kind = message_kind::decode;  // prefill, prefill_final or decode
+    uint64_t     request_id = 0;
+    uint64_t     session_id = 0;  // the lane
+    int64_t      pos_start = 0;
+    state_header state;
+    stats_block  stats;
+    std::vector<int32_t> tokens;  // each >= 0
+
+    bool operator==(const step_entry &) const = default;
+};
+
+struct step_frame {
+    uint64_t                step_id = 0;       // acked with request_id = step_id
+    uint32_t                source_stage = 0;  // the stage that sent the frame
+    std::vector<step_entry> entries;           // 1..max_step_entries, distinct session_ids
+    // One row per token of every entry, entry after entry (n_tokens = the sum of the
+    // entries' token counts, at most max_tokens_per_message).
+    activation_frame        activation;
+
+    bool operator==(const step_frame &) const = default;
+};
+
+// Every entry follows the per-kind rules of its kind (as a request with an
+// activation); entries name distinct lanes; the activation holds their rows; the
+// encoded size fits limits.max_frame_bytes.
+status validate_step(const step_frame & s, const protocol_limits & limits);
+size_t encoded_step_bytes(const step_frame & s);
+// REQUIRES: validate_step(s, receiver limits) is ok.
+std::vector<uint8_t> encode_step(const step_frame & s);
+// `frame` as for decode_request; refuses every kind but Step. Counts (entries, tokens,
+// rows) are checked against the limits and the bytes left before anything is
+// allocated; a lane named twice is invalid_data.
+result<step_frame> decode_step(std::span<const uint8_t> frame, const protocol_limits & limits);
 
 // ---------------------------------------------------------------------------------
 // Replies

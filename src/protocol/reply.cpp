@@ -151,7 +151,7 @@ result<reply> decode_reply(std::span<const uint8_t> frame, const protocol_limits
     reply out;
     out.kind = static_cast<message_kind>(kind);
     if (!is_reply_kind(out.kind)) {
-        const std::string what = is_request_kind(out.kind) ? " is a request, not a reply" : " is unknown";
+        const std::string what = is_request_kind(out.kind) || is_step_kind(out.kind) ? " is a request, not a reply" : " is unknown";
         return r.fail("kind", 4, "kind " + num(kind) + what);
     }
     uint16_t flags = 0;

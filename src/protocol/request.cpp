@@ -7,6 +7,7 @@
 #include "protocol/protocol.h"
 #include "protocol/wire.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <limits>
@@ -211,6 +212,27 @@ check check_cache_mode(uint8_t v) {
     return std::nullopt;
 }
 
+// An activation of ours holds `rows` rows of finite values and a valid descriptor.
+check check_activation(const activation_frame & a, uint64_t rows, std::string_view rule, const protocol_limits & limits) {
+    if (static_cast<uint8_t>(a.dtype) > static_cast<uint8_t>(activation_dtype::bf16)) {
+        return problem{"activation.dtype", 0, "unknown dtype " + wire::num(static_cast<uint8_t>(a.dtype))};
+    }
+    if (a.layer_end < a.layer_start) {
+        return problem{"activation.layer_end", 0, wire::num(a.layer_end) + " is below layer_start " + wire::num(a.layer_start)};
+    }
+    if (a.n_embd == 0 || a.n_embd > limits.max_embd) {
+        return problem{"activation.n_embd", 0, wire::num(a.n_embd) + " is outside [1, max_embd " + wire::num(limits.max_embd) + "]"};
+    }
+    if (a.values.size() != rows * a.n_embd) {
+        return problem{"activation.values", 0, wire::num(a.values.size()) + " values for " + wire::num(rows) + " rows (" +
+                                                   std::string(rule) + ") x n_embd " + wire::num(a.n_embd)};
+    }
+    for (size_t i = 0; i < a.values.size(); ++i) {
+        if (!std::isfinite(a.values[i])) return problem{"activation.values", 0, "value " + wire::num(i) + " is not finite"};
+    }
+    return std::nullopt;
+}
+
 uint16_t flags_of(const request & r) {
     uint16_t f = 0;
     if (r.generation) f |= flag_generation;
@@ -398,31 +420,9 @@ status validate_request(const request & r, const protocol_limits & limits) {
         }
     }
     if (r.activation) {
-        const activation_frame & a = *r.activation;
-        if (static_cast<uint8_t>(a.dtype) > static_cast<uint8_t>(activation_dtype::bf16)) {
-            return to_argument_error({"activation.dtype", 0, "unknown dtype " + wire::num(static_cast<uint8_t>(a.dtype))});
-        }
-        if (a.layer_end < a.layer_start) {
-            return to_argument_error({"activation.layer_end", 0, wire::num(a.layer_end) + " is below layer_start " +
-                                                                     wire::num(a.layer_start)});
-        }
-        if (a.n_embd == 0 || a.n_embd > limits.max_embd) {
-            return to_argument_error({"activation.n_embd", 0, wire::num(a.n_embd) + " is outside [1, max_embd " +
-                                                                  wire::num(limits.max_embd) + "]"});
-        }
         // check_shape() above bounded the token count by max_tokens_per_message: it fits u32.
         const uint64_t rows = activation_rows(r.kind, static_cast<uint32_t>(r.tokens.size()));
-        if (a.values.size() != rows * a.n_embd) {
-            return to_argument_error({"activation.values", 0, wire::num(a.values.size()) + " values for " +
-                                                                  wire::num(rows) + " rows (" +
-                                                                  std::string(rows_rule(r.kind)) + ") x n_embd " +
-                                                                  wire::num(a.n_embd)});
-        }
-        for (size_t i = 0; i < a.values.size(); ++i) {
-            if (!std::isfinite(a.values[i])) {
-                return to_argument_error({"activation.values", 0, "value " + wire::num(i) + " is not finite"});
-            }
-        }
+        if (auto p = check_activation(*r.activation, rows, rows_rule(r.kind), limits)) return to_argument_error(*p);
     }
     const size_t n_bytes = encoded_size(r, wire_dtype_of(r));
     if (n_bytes > limits.max_frame_bytes) {
@@ -476,7 +476,9 @@ result<request> decode_request(std::span<const uint8_t> frame, const protocol_li
     request out;
     out.kind = static_cast<message_kind>(kind);
     if (!is_request_kind(out.kind)) {
-        const std::string what = is_reply_kind(out.kind) ? " is a reply, not a request" : " is unknown";
+        const std::string what = is_reply_kind(out.kind)  ? " is a reply, not a request"
+                                 : is_step_kind(out.kind) ? " is a step (decode_step reads it), not a request"
+                                                          : " is unknown";
         return r.fail("kind", at_kind, "kind " + wire::num(kind) + what);
     }
     uint16_t flags = 0;
@@ -508,6 +510,205 @@ result<request> decode_request(std::span<const uint8_t> frame, const protocol_li
         const uint32_t rows = activation_rows(out.kind, token_count);
         SKIPPY_TRY(wire::get_activation(r, rows, rows_rule(out.kind), limits, out.activation.emplace()));
     }
+    SKIPPY_TRY(r.expect_end());
+    return out;
+}
+
+// ---------------------------------------------------------------------------------
+// Steps: a header, entries laid out as a request's fixed part (without frame_bytes)
+// followed by their tokens, then one activation with every entry's rows.
+
+namespace {
+
+constexpr std::string_view step_name = "step";
+constexpr size_t at_step_flags = 6;
+constexpr size_t at_step_n_entries = 20;
+
+bool is_step_entry_kind(message_kind k) {
+    return k == message_kind::prefill || k == message_kind::prefill_final || k == message_kind::decode;
+}
+
+// "entries[3].pos_start": the field of entry i.
+std::string entry_field(size_t i, std::string_view field) { return "entries[" + wire::num(i) + "]." + std::string(field); }
+
+check check_entry(const step_entry & e, const protocol_limits & limits) {
+    if (!is_step_entry_kind(e.kind)) {
+        return problem{"kind", at_kind, "kind " + wire::num(static_cast<uint16_t>(e.kind)) + " (" +
+                                            std::string(message_kind_name(e.kind)) + ") cannot be a step entry"};
+    }
+    const uint32_t n = e.tokens.size() > any ? any : static_cast<uint32_t>(e.tokens.size());
+    // An entry's rows are in the step's activation, as a request's would be in its own.
+    return check_shape({e.kind, flag_activation, e.pos_start, n, e.state}, limits);
+}
+
+uint64_t step_rows(const step_frame & s) {
+    uint64_t rows = 0;
+    for (const auto & e : s.entries) rows += e.tokens.size();
+    return rows;
+}
+
+size_t step_size(const step_frame & s, activation_dtype wire_dtype) {
+    size_t n = step_fixed_bytes + wire::activation_header_bytes + s.activation.values.size() * wire::activation_elem_bytes(wire_dtype);
+    for (const auto & e : s.entries) n += step_entry_fixed_bytes + 4 * e.tokens.size();
+    return n;
+}
+
+status step_argument_error(size_t entry, const problem & p) {
+    return make_error(p.code == error_code::invalid_data ? error_code::invalid_argument : p.code,
+                      "step field " + entry_field(entry, p.field) + ": " + p.detail);
+}
+
+}  // namespace
+
+status validate_step(const step_frame & s, const protocol_limits & limits) {
+    auto fail = [](const std::string & field, const std::string & detail) {
+        return make_error(error_code::invalid_argument, "step field " + field + ": " + detail);
+    };
+    if (s.entries.empty() || s.entries.size() > limits.max_step_entries) {
+        return fail("n_entries", wire::num(s.entries.size()) + " is outside [1, max_step_entries " + wire::num(limits.max_step_entries) + "]");
+    }
+    uint64_t rows = 0;
+    std::vector<uint64_t> lanes;
+    for (size_t i = 0; i < s.entries.size(); ++i) {
+        const step_entry & e = s.entries[i];
+        if (auto p = check_entry(e, limits)) return step_argument_error(i, *p);
+        for (int32_t t : e.tokens) {
+            if (auto p = check_token("tokens", t)) return step_argument_error(i, *p);
+        }
+        rows += e.tokens.size();
+        lanes.push_back(e.session_id);
+    }
+    if (rows > limits.max_tokens_per_message) {
+        return fail("entries", "the entries hold " + wire::num(rows) + " tokens, over max_tokens_per_message " +
+                                   wire::num(limits.max_tokens_per_message));
+    }
+    std::sort(lanes.begin(), lanes.end());
+    if (auto twice = std::adjacent_find(lanes.begin(), lanes.end()); twice != lanes.end()) {
+        return fail("entries", "lane " + wire::num(*twice) + " appears twice");
+    }
+    if (auto p = check_activation(s.activation, rows, "one per token of every entry", limits)) {
+        return fail(std::string(p->field), p->detail);
+    }
+    const size_t n_bytes = step_size(s, choose_activation_dtype(s.activation.values, s.activation.dtype));
+    if (n_bytes > limits.max_frame_bytes) {
+        return fail("frame_bytes", "the encoded step takes " + wire::num(n_bytes) + " bytes, over max_frame_bytes " +
+                                       wire::num(limits.max_frame_bytes));
+    }
+    return status::ok();
+}
+
+size_t encoded_step_bytes(const step_frame & s) { return step_size(s, choose_activation_dtype(s.activation.values, s.activation.dtype)); }
+
+std::vector<uint8_t> encode_step(const step_frame & s) {
+    const activation_dtype wire_dtype = choose_activation_dtype(s.activation.values, s.activation.dtype);
+    const size_t n_bytes = step_size(s, wire_dtype);
+    assert(n_bytes <= std::numeric_limits<uint32_t>::max());
+    std::vector<uint8_t> out;
+    out.reserve(n_bytes);
+    byte_writer w(out);
+    w.put_u32(static_cast<uint32_t>(n_bytes));
+    w.put_u16(static_cast<uint16_t>(message_kind::step));
+    w.put_u16(flag_activation);
+    w.put_u64(s.step_id);
+    w.put_u32(s.source_stage);
+    w.put_u32(static_cast<uint32_t>(s.entries.size()));
+    for (const step_entry & e : s.entries) {
+        w.put_u16(static_cast<uint16_t>(e.kind));
+        w.put_u16(0);  // entry flags: none defined
+        w.put_u64(e.request_id);
+        w.put_u64(e.session_id);
+        w.put_i64(e.pos_start);
+        w.put_u32(static_cast<uint32_t>(e.tokens.size()));
+        w.put_u16(e.state.version);
+        w.put_u8(static_cast<uint8_t>(e.state.phase));
+        w.put_u8(e.state.flags);
+        w.put_u32(e.state.prompt_token_count);
+        w.put_u32(e.state.decode_step);
+        w.put_i32(e.state.current_token);
+        w.put_u32(e.state.source_stage);
+        wire::put_stats(w, e.stats);
+        for (int32_t t : e.tokens) w.put_i32(t);
+    }
+    wire::put_activation(out, s.activation, static_cast<uint32_t>(step_rows(s)), wire_dtype);
+    assert(out.size() == n_bytes);
+    return out;
+}
+
+result<step_frame> decode_step(std::span<const uint8_t> frame, const protocol_limits & limits) {
+    SKIPPY_ASSIGN_OR_RETURN(const uint16_t kind, wire::check_frame(frame, limits, step_name));
+    wire::field_reader r(frame, step_name);
+    SKIPPY_TRY(r.skip("header", frame_header_bytes));
+    if (!is_step_kind(static_cast<message_kind>(kind))) {
+        return r.fail("kind", at_kind, "kind " + wire::num(kind) + " is not a step");
+    }
+    uint16_t flags = 0;
+    SKIPPY_TRY(r.u16("flags", flags));
+    if (flags != flag_activation) {
+        return r.fail("flags", at_step_flags, "must be 0x0004 (an activation), is 0x" + wire::hex16(flags));
+    }
+    step_frame out;
+    uint32_t n_entries = 0;
+    SKIPPY_TRY(r.u64("step_id", out.step_id));
+    SKIPPY_TRY(r.u32("source_stage", out.source_stage));
+    SKIPPY_TRY(r.u32("n_entries", n_entries));
+    if (n_entries == 0 || n_entries > limits.max_step_entries) {
+        return r.fail("n_entries", at_step_n_entries,
+                      wire::num(n_entries) + " is outside [1, max_step_entries " + wire::num(limits.max_step_entries) + "]");
+    }
+    // Every entry takes at least its fixed part: a count the frame cannot hold is
+    // refused before the entries are allocated.
+    SKIPPY_TRY(r.need("entries", uint64_t{n_entries} * step_entry_fixed_bytes));
+    out.entries.resize(n_entries);
+    uint64_t rows = 0;
+    std::vector<uint64_t> lanes;
+    lanes.reserve(n_entries);
+    for (uint32_t i = 0; i < n_entries; ++i) {
+        step_entry & e = out.entries[i];
+        const size_t base = r.offset();
+        const std::string f = entry_field(i, "");
+        uint16_t entry_kind = 0, entry_flags = 0;
+        uint32_t token_count = 0;
+        uint8_t phase = 0;
+        SKIPPY_TRY(r.u16(f + "kind", entry_kind));
+        SKIPPY_TRY(r.u16(f + "flags", entry_flags));
+        SKIPPY_TRY(r.u64(f + "request_id", e.request_id));
+        SKIPPY_TRY(r.u64(f + "session_id", e.session_id));
+        SKIPPY_TRY(r.i64(f + "pos_start", e.pos_start));
+        SKIPPY_TRY(r.u32(f + "token_count", token_count));
+        SKIPPY_TRY(r.u16(f + "state.version", e.state.version));
+        SKIPPY_TRY(r.u8(f + "state.phase", phase));
+        e.state.phase = static_cast<message_phase>(phase);
+        SKIPPY_TRY(r.u8(f + "state.flags", e.state.flags));
+        SKIPPY_TRY(r.u32(f + "state.prompt_token_count", e.state.prompt_token_count));
+        SKIPPY_TRY(r.u32(f + "state.decode_step", e.state.decode_step));
+        SKIPPY_TRY(r.i32(f + "state.current_token", e.state.current_token));
+        SKIPPY_TRY(r.u32(f + "state.source_stage", e.state.source_stage));
+        SKIPPY_TRY(wire::get_stats(r, e.stats));
+        e.kind = static_cast<message_kind>(entry_kind);
+        if (entry_flags != 0) return r.fail(f + "flags", base + 2, "must be 0 (entries carry no positions or config), is 0x" + wire::hex16(entry_flags));
+        if (!is_step_entry_kind(e.kind)) {
+            return r.fail(f + "kind", base, "kind " + wire::num(entry_kind) + " (" + std::string(message_kind_name(e.kind)) +
+                                                ") cannot be a step entry");
+        }
+        if (auto p = check_shape({e.kind, flag_activation, e.pos_start, token_count, e.state}, limits)) {
+            if (p->code != error_code::invalid_data) {
+                return make_error(p->code, "step field " + entry_field(i, p->field) + " (byte " + wire::num(base + p->offset - 4) + "): " + p->detail);
+            }
+            return r.fail(entry_field(i, p->field), base + p->offset - 4, p->detail);
+        }
+        rows += token_count;
+        if (rows > limits.max_tokens_per_message) {
+            return r.fail(f + "token_count", base + at_token_count - 4,
+                          "the entries so far hold " + wire::num(rows) + " tokens, over max_tokens_per_message " +
+                              wire::num(limits.max_tokens_per_message));
+        }
+        SKIPPY_TRY(get_non_negative_i32s(r, f + "tokens", token_count, e.tokens));
+        if (std::find(lanes.begin(), lanes.end(), e.session_id) != lanes.end()) {
+            return r.fail(f + "session_id", base + 12, "lane " + wire::num(e.session_id) + " appears twice in the step");
+        }
+        lanes.push_back(e.session_id);
+    }
+    SKIPPY_TRY(wire::get_activation(r, static_cast<uint32_t>(rows), "one per token of every entry", limits, out.activation));
     SKIPPY_TRY(r.expect_end());
     return out;
 }

@@ -65,7 +65,7 @@ TEST(protocol_golden, StatsBlockWidthsSumToTheBlockSize) {
 TEST(protocol_golden, Hello) {
     const std::string hex =
         "534b5059"   // magic "SKPY"
-        "0200"       // protocol_version 2
+        "0300"       // protocol_version 3
         "0100"       // link_kind 1: forward
         "02000000"   // lane 2
         "01000000"   // sender_stage 1
@@ -84,7 +84,7 @@ TEST(protocol_golden, Hello) {
 TEST(protocol_golden, HelloReply) {
     const std::string hex =
         "534b5059"   // magic "SKPY"
-        "0200"       // protocol_version 2
+        "0300"       // protocol_version 3
         "0400"       // status 4: busy
         "0400"       // reason_len 4
         "62757379";  // "busy"
@@ -316,6 +316,88 @@ TEST(protocol_golden, Error) {
         "6e6f2073756368207365737369 6f6e");  // "no such session"
 }
 
+// The worked example of docs/protocol.md, "Steps": lane 3 decodes token 42 at
+// position 5 while lane 1 prefills tokens 7, 8 at positions 0 and 1, one f32 row of
+// width 2 per token (step_id 9, from stage 0, stats zero).
+TEST(protocol_golden, Step) {
+    step_frame s;
+    s.step_id = 9;
+    s.source_stage = 0;
+    step_entry d;
+    d.kind = message_kind::decode;
+    d.request_id = 0x21;
+    d.session_id = 3;
+    d.pos_start = 5;
+    d.state.phase = message_phase::decode;
+    d.state.prompt_token_count = 5;
+    d.state.decode_step = 1;
+    d.state.current_token = 42;
+    d.tokens = {42};
+    step_entry p;
+    p.kind = message_kind::prefill;
+    p.request_id = 0x22;
+    p.session_id = 1;
+    p.pos_start = 0;
+    p.state.phase = message_phase::prefill;
+    p.state.prompt_token_count = 3;
+    p.tokens = {7, 8};
+    s.entries = {d, p};
+    s.activation.layer_start = 0;
+    s.activation.layer_end = 2;
+    s.activation.n_embd = 2;
+    s.activation.values = {1.0f, -1.5f, 0.5f, 2.0f, -3.0f, 0.25f};
+    const std::string hex =
+        "64010000"            // frame_bytes 356 = 24 + (136 + 4) + (136 + 8) + 24 + 6 values x 4
+        "0c00"                // kind 12: step
+        "0400"                // flags: bit 2 (activation)
+        "0900000000000000"    // step_id 9
+        "00000000"            // source_stage 0
+        "02000000"            // n_entries 2
+        // entry 0
+        "0300 0000"           // kind 3: decode, entry flags 0
+        "2100000000000000"    // request_id 0x21
+        "0300000000000000"    // session_id: lane 3
+        "0500000000000000"    // pos_start 5
+        "01000000"            // token_count 1
+        "0100 02 00"          // state: version 1, phase decode, flags 0
+        "05000000 01000000"   // prompt_token_count 5, decode_step 1
+        "2a000000 00000000"   // current_token 42, source_stage 0
+        + zero_stats_hex +
+        "2a000000"            // tokens: 42
+        // entry 1
+        "0100 0000"           // kind 1: prefill, entry flags 0
+        "2200000000000000"    // request_id 0x22
+        "0100000000000000"    // session_id: lane 1
+        "0000000000000000"    // pos_start 0
+        "02000000"            // token_count 2
+        "0100 01 00"          // state: version 1, phase prefill, flags 0
+        "03000000 00000000"   // prompt_token_count 3, decode_step 0
+        "ffffffff 00000000"   // current_token -1, source_stage 0
+        + zero_stats_hex +
+        "07000000 08000000"   // tokens: 7, 8
+        // activation: the entries' rows in entry order
+        "00 000000"           // activation.dtype 0: f32, 3 reserved bytes
+        "00000000"            // producer_stage 0
+        "00000000 02000000"   // layers [0, 2)
+        "03000000"            // n_tokens 3 = 1 + 2
+        "02000000"            // n_embd 2
+        "0000803f 0000c0bf"   // lane 3, token 42: 1.0, -1.5
+        "0000003f 00000040"   // lane 1, token 7: 0.5, 2.0
+        "000040c0 0000803e";  // lane 1, token 8: -3.0, 0.25
+    ASSERT_TRUE(validate_step(s, limits).is_ok()) << validate_step(s, limits).to_string();
+    const auto bytes = encode_step(s);
+    EXPECT_EQ(to_hex(bytes), normalize_hex(hex));
+    EXPECT_EQ(bytes.size(), encoded_step_bytes(s));
+    auto back = decode_step(from_hex(hex), limits);
+    ASSERT_TRUE(back.is_ok()) << back.error().to_string();
+    EXPECT_EQ(*back, s);
+    auto kind = peek_frame_kind(bytes);
+    ASSERT_TRUE(kind.is_ok());
+    EXPECT_EQ(*kind, message_kind::step);
+    EXPECT_FALSE(decode_request(bytes, limits).is_ok()) << "a step is not a request";
+    EXPECT_FALSE(decode_reply(bytes, limits).is_ok());
+}
+
 TEST(protocol_golden, PeekedFrameLengthAndKindMatchTheFrame) {
     for (const request & r : testing::sample_requests()) {
         const auto bytes = encode_request(r);
@@ -345,7 +427,12 @@ TEST(protocol_golden, KindNumbersAreFixed) {
     EXPECT_TRUE(is_request_kind(message_kind::trim_session));
     EXPECT_FALSE(is_request_kind(message_kind::ack));
     EXPECT_TRUE(is_reply_kind(message_kind::predicted_tokens));
-    EXPECT_FALSE(is_reply_kind(static_cast<message_kind>(12)));
+    EXPECT_EQ(static_cast<uint16_t>(message_kind::step), 12);
+    EXPECT_TRUE(is_step_kind(message_kind::step));
+    EXPECT_FALSE(is_request_kind(message_kind::step));
+    EXPECT_FALSE(is_reply_kind(message_kind::step));
+    EXPECT_FALSE(is_reply_kind(static_cast<message_kind>(13)));
+    EXPECT_EQ(static_cast<uint16_t>(link_kind::batch), 3);
     EXPECT_EQ(message_kind_name(message_kind::try_restore_prefill_decode), "try_restore_prefill_decode");
     EXPECT_EQ(message_kind_name(static_cast<message_kind>(99)), "unknown");
 }

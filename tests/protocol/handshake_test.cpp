@@ -42,14 +42,14 @@ TEST(protocol_handshake, WrongOrMissingTokenIsUnauthorizedWithoutEchoingIt) {
 }
 
 TEST(protocol_handshake, OtherVersionIsRefusedWithAHumanReason) {
-    // Version 1 (kind 9 without an activation) and a future version alike.
-    for (uint16_t version : {uint16_t{1}, uint16_t{3}}) {
+    // Versions 1 (kind 9 without an activation) and 2 (no steps), and a future version alike.
+    for (uint16_t version : {uint16_t{1}, uint16_t{2}, uint16_t{4}}) {
         hello h = testing::sample_hello();
         h.version = version;
         const hello_reply r = decide_hello(h, "abc");
         EXPECT_EQ(r.status, hello_status::version_mismatch);
         EXPECT_EQ(r.version, protocol_version);
-        EXPECT_EQ(r.reason, "peer speaks protocol version " + std::to_string(version) + ", this stage speaks 2");
+        EXPECT_EQ(r.reason, "peer speaks protocol version " + std::to_string(version) + ", this stage speaks 3");
         EXPECT_EQ(refuse_version(version), r);
         EXPECT_TRUE(validate_hello_reply(r, limits).is_ok());
         const status st = check_hello_reply(r);
@@ -78,7 +78,7 @@ TEST(protocol_handshake, DialerReadsAReplyFromAnyVersion) {
     hello_reply future;
     future.version = 7;
     future.status = hello_status::version_mismatch;
-    future.reason = "peer speaks protocol version 2, this stage speaks 7";
+    future.reason = "peer speaks protocol version 3, this stage speaks 7";
     const auto bytes = encode_hello_reply(future);
     auto n = peek_hello_reply_length(std::span(bytes).first(hello_reply_fixed_bytes), limits);
     ASSERT_TRUE(n.is_ok());

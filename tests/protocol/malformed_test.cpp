@@ -53,7 +53,7 @@ TEST(protocol_malformed, HelloFromAnotherVersionIsUnsupportedWithAClearReason) {
     h.version = 1;  // a stage from before kind 9 carried an activation
     const auto bytes = encode_hello(h);
     auto res = decode_hello(bytes, limits);
-    expect_refused(res, "peer speaks protocol version 1, this stage speaks 2", error_code::unsupported);
+    expect_refused(res, "peer speaks protocol version 1, this stage speaks 3", error_code::unsupported);
     expect_refused(peek_hello_length(bytes, limits), "version", error_code::unsupported);
     auto v = peek_hello_version(bytes);
     ASSERT_TRUE(v.is_ok());
@@ -61,7 +61,7 @@ TEST(protocol_malformed, HelloFromAnotherVersionIsUnsupportedWithAClearReason) {
 }
 
 TEST(protocol_malformed, HelloWithUnknownLinkKindIsRefused) {
-    for (uint16_t link : {uint16_t{0}, uint16_t{3}, uint16_t{0xffff}}) {
+    for (uint16_t link : {uint16_t{0}, uint16_t{4}, uint16_t{0xffff}}) {
         auto bytes = encode_hello(testing::sample_hello());
         patch_u16(bytes, 6, link);
         expect_refused(decode_hello(bytes, limits), "link_kind");
@@ -172,7 +172,7 @@ TEST(protocol_malformed, FrameLengthNotMatchingTheSpanIsRefused) {
 }
 
 TEST(protocol_malformed, UnknownKindsAreRefused) {
-    for (uint16_t kind : {uint16_t{0}, uint16_t{12}, uint16_t{63}, uint16_t{68}, uint16_t{0xffff}}) {
+    for (uint16_t kind : {uint16_t{0}, uint16_t{13}, uint16_t{63}, uint16_t{68}, uint16_t{0xffff}}) {
         auto req = encode_request(testing::sample_trim_session());
         patch_u16(req, at_kind, kind);
         expect_refused(decode_request(req, limits), "kind");

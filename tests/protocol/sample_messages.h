@@ -186,6 +186,42 @@ inline std::vector<reply> sample_replies() {
     return {ack, one, many, err};
 }
 
+// A Step: lane 3 decodes, lane 1 prefills two tokens; stats on the decode; a bf16
+// activation (every value exact in bf16) of width 2.
+inline step_frame sample_step() {
+    step_frame s;
+    s.step_id = 0x0a0b0c0d0e0f1011ull;
+    s.source_stage = 1;
+    step_entry d;
+    d.kind = message_kind::decode;
+    d.request_id = 0x21;
+    d.session_id = 3;
+    d.pos_start = 5;
+    d.state.phase = message_phase::decode;
+    d.state.prompt_token_count = 5;
+    d.state.decode_step = 1;
+    d.state.current_token = 42;
+    d.state.source_stage = 1;
+    d.stats = sample_stats();
+    d.tokens = {42};
+    step_entry p;
+    p.kind = message_kind::prefill;
+    p.request_id = 0x22;
+    p.session_id = 1;
+    p.state.phase = message_phase::prefill;
+    p.state.prompt_token_count = 3;
+    p.state.source_stage = 1;
+    p.tokens = {7, 8};
+    s.entries = {d, p};
+    s.activation.dtype = activation_dtype::bf16;
+    s.activation.producer_stage = 1;
+    s.activation.layer_start = 2;
+    s.activation.layer_end = 4;
+    s.activation.n_embd = 2;
+    s.activation.values = {1.0f, -1.5f, 0.5f, 2.0f, -3.0f, 0.25f};
+    return s;
+}
+
 inline hello sample_hello() {
     hello h;
     h.link = link_kind::forward;

@@ -4,44 +4,52 @@
 
 namespace skippy {
 
-local_pipeline::local_pipeline(std::unique_ptr<stage> whole_model) : stage_(std::move(whole_model)) {
-    lanes_.resize(static_cast<size_t>(stage_->n_lanes()));
+local_pipeline::local_pipeline(std::unique_ptr<stage> whole_model, scheduler_options options)
+    : stage_(std::move(whole_model)), runner_(*stage_) {
+    lanes_.samplers.resize(static_cast<size_t>(stage_->n_lanes()));
+    scheduler_ = std::make_unique<lane_scheduler>(stage_->n_lanes(), options,
+                                                  [this](std::span<step_item> items) { runner_.run(items, lanes_); });
 }
 
-status local_pipeline::begin(int32_t lane, const sampling_config & sampling, std::span<const token_id> prompt_tokens,
-                             std::string_view) {
+local_pipeline::~local_pipeline() { scheduler_->stop(); }
+
+status local_pipeline::check_lane(int32_t lane) const {
     if (lane < 0 || lane >= n_lanes()) return make_error(error_code::invalid_argument, "no such lane");
-    SKIPPY_TRY(sampling.validate());
-    stage_->truncate_lane(lane, 0);
-    auto & ls = lanes_[static_cast<size_t>(lane)];
-    ls.token_sampler = std::make_unique<sampler>(sampling);
-    for (token_id t : prompt_tokens) ls.token_sampler->accept(t);
     return status::ok();
 }
 
+status local_pipeline::begin(int32_t lane, const sampling_config & sampling, std::span<const token_id>, std::string_view) {
+    SKIPPY_TRY(check_lane(lane));
+    SKIPPY_TRY(sampling.validate());
+    stage_->truncate_lane(lane, 0);
+    lanes_.samplers[static_cast<size_t>(lane)] = std::make_unique<lane_sampler>(sampling);
+    return status::ok();
+}
+
+// The whole rest of the prompt goes to the scheduler at once: it cuts the chunks,
+// smaller while other lanes decode.
+status local_pipeline::prefill_prompt(int32_t lane, std::span<const token_id> prompt, int32_t chunk_tokens, bool) {
+    SKIPPY_TRY(check_lane(lane));
+    if (prompt.size() < 2) return status::ok();
+    return scheduler_->prefill(lane, 0, prompt.first(prompt.size() - 1), chunk_tokens);
+}
+
 status local_pipeline::prefill(int32_t lane, int64_t pos_start, std::span<const token_id> tokens) {
-    auto & ls = lanes_[static_cast<size_t>(lane)];
-    const int64_t n = static_cast<int64_t>(tokens.size());
-    ls.hidden.resize(static_cast<size_t>(n * stage_->hparams().n_embd));
-    return stage_->forward(lane, pos_start, tokens, {}, n, ls.hidden);
+    SKIPPY_TRY(check_lane(lane));
+    return scheduler_->prefill(lane, pos_start, tokens, static_cast<int32_t>(std::max<size_t>(tokens.size(), 1)));
 }
 
 result<token_id> local_pipeline::decode(int32_t lane, int64_t pos, token_id token) {
-    auto & ls = lanes_[static_cast<size_t>(lane)];
-    if (!ls.token_sampler) return make_error(error_code::internal, "decode before begin");
-    ls.hidden.resize(static_cast<size_t>(stage_->hparams().n_embd));
-    SKIPPY_TRY(stage_->forward(lane, pos, std::span<const token_id>(&token, 1), {}, 1, ls.hidden));
-    ls.logits.resize(static_cast<size_t>(stage_->hparams().n_vocab));
-    stage_->logits(ls.hidden, 1, ls.logits);
-    const token_id next = ls.token_sampler->sample(ls.logits);
-    ls.token_sampler->accept(next);
-    return next;
+    SKIPPY_TRY(check_lane(lane));
+    if (!lanes_.samplers[static_cast<size_t>(lane)]) return make_error(error_code::internal, "decode before begin");
+    return scheduler_->decode(lane, pos, token);
 }
 
 void local_pipeline::end(int32_t lane) {
-    if (lane < 0 || lane >= n_lanes()) return;
+    if (!check_lane(lane).is_ok()) return;
+    scheduler_->end(lane);
     stage_->truncate_lane(lane, 0);
-    lanes_[static_cast<size_t>(lane)].token_sampler.reset();
+    lanes_.samplers[static_cast<size_t>(lane)].reset();
 }
 
 status pipeline_i::prefill_prompt(int32_t lane, std::span<const token_id> prompt, int32_t chunk_tokens, bool) {

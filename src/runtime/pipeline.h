@@ -8,7 +8,9 @@
 
 #include "base/status.h"
 #include "runtime/sampler.h"
+#include "runtime/scheduler.h"
 #include "runtime/stage.h"
+#include "runtime/step.h"
 
 #include <chrono>
 #include <functional>
@@ -59,10 +61,13 @@ public:
     virtual int64_t cached_tokens(int32_t lane) const { (void)lane; return 0; }
 };
 
-// A whole model in this process: one stage holding every layer.
+// A whole model in this process: one stage holding every layer, its lanes run by a
+// lane_scheduler (decode batched across lanes, prompts chunked beside it) through the
+// same step_runner every stage uses. No prefix cache.
 class local_pipeline final : public pipeline_i {
 public:
-    explicit local_pipeline(std::unique_ptr<stage> whole_model);
+    explicit local_pipeline(std::unique_ptr<stage> whole_model, scheduler_options options = {});
+    ~local_pipeline() override;
 
     int32_t n_lanes() const override { return stage_->n_lanes(); }
     int32_t ctx_size() const override { return stage_->ctx_size(); }
@@ -70,6 +75,7 @@ public:
     // No prefix cache here: the key is ignored.
     status begin(int32_t lane, const sampling_config & sampling, std::span<const token_id> prompt_tokens,
                  std::string_view cache_key) override;
+    status prefill_prompt(int32_t lane, std::span<const token_id> prompt, int32_t chunk_tokens, bool decodes) override;
     status prefill(int32_t lane, int64_t pos_start, std::span<const token_id> tokens) override;
     result<token_id> decode(int32_t lane, int64_t pos, token_id token) override;
     void end(int32_t lane) override;
@@ -77,13 +83,16 @@ public:
     stage & model_stage() { return *stage_; }
 
 private:
-    struct lane_state {
-        std::unique_ptr<skippy::sampler> token_sampler;
-        std::vector<float>       hidden;
-        std::vector<float>       logits;
+    struct lanes_view final : step_lanes_i {
+        std::vector<std::unique_ptr<lane_sampler>> samplers;
+        lane_sampler * sampler(int32_t lane) override { return samplers[static_cast<size_t>(lane)].get(); }
     };
-    std::unique_ptr<stage>  stage_;
-    std::vector<lane_state> lanes_;
+    status check_lane(int32_t lane) const;
+
+    std::unique_ptr<stage>          stage_;
+    lanes_view                      lanes_;
+    step_runner                     runner_;
+    std::unique_ptr<lane_scheduler> scheduler_;
 };
 
 enum class finish_reason { length, stop, end_of_generation, cancelled };

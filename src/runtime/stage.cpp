@@ -62,26 +62,30 @@ status stage::check_lane(int32_t lane) const {
 int64_t stage::lane_tokens(int32_t lane) const { return lanes_[static_cast<size_t>(lane)].kv->n_tokens(); }
 kv_sequence & stage::lane_kv(int32_t lane) { return *lanes_[static_cast<size_t>(lane)].kv; }
 
-status stage::forward(int32_t lane, int64_t pos_start, std::span<const token_id> tokens, std::span<const float> act_in,
-                      int64_t n_tokens, std::span<float> act_out) {
-    SKIPPY_TRY(check_lane(lane));
-    const int64_t n_embd = hparams().n_embd;
-    if (n_tokens <= 0) return make_error(error_code::invalid_argument, "forward needs at least one token");
-    if (pos_start < 0 || pos_start + n_tokens > ctx_size_) {
-        return make_error(error_code::invalid_argument, "positions [" + std::to_string(pos_start) + ", " +
-                                                            std::to_string(pos_start + n_tokens) + ") exceed the context of " +
+status stage::check_span(const lane_span & span) const {
+    SKIPPY_TRY(check_lane(span.lane));
+    if (span.n_tokens <= 0) return make_error(error_code::invalid_argument, "forward needs at least one token");
+    if (span.pos_start < 0 || span.pos_start + span.n_tokens > ctx_size_) {
+        return make_error(error_code::invalid_argument, "positions [" + std::to_string(span.pos_start) + ", " +
+                                                            std::to_string(span.pos_start + span.n_tokens) + ") exceed the context of " +
                                                             std::to_string(ctx_size_) + " tokens");
     }
+    const int64_t held = lanes_[static_cast<size_t>(span.lane)].kv->n_tokens();
+    if (span.pos_start > held) {
+        return make_error(error_code::invalid_argument, "position " + std::to_string(span.pos_start) + " skips past the " +
+                                                            std::to_string(held) + " tokens the lane holds");
+    }
+    return status::ok();
+}
+
+status stage::forward(int32_t lane, int64_t pos_start, std::span<const token_id> tokens, std::span<const float> act_in,
+                      int64_t n_tokens, std::span<float> act_out) {
+    const lane_span span{lane, pos_start, n_tokens};
+    SKIPPY_TRY(check_span(span));
+    const int64_t n_embd = hparams().n_embd;
     if (act_out.size() < static_cast<size_t>(n_tokens * n_embd)) {
         return make_error(error_code::internal, "forward output buffer too small");
     }
-    lane_state & ls = lanes_[static_cast<size_t>(lane)];
-    if (pos_start > ls.kv->n_tokens()) {
-        return make_error(error_code::invalid_argument, "position " + std::to_string(pos_start) + " skips past the " +
-                                                            std::to_string(ls.kv->n_tokens()) + " tokens the lane holds");
-    }
-    std::lock_guard<std::mutex> lock(compute_mutex_);
-    if (write_admission_) write_admission_(lane, pos_start, n_tokens);
     float * x = act_out.data();
     if (is_first()) {
         if (tokens.size() != static_cast<size_t>(n_tokens)) return make_error(error_code::invalid_argument, "token count mismatch");
@@ -93,7 +97,73 @@ status stage::forward(int32_t lane, int64_t pos_start, std::span<const token_id>
         }
         if (act_in.data() != x) std::memmove(x, act_in.data(), act_in.size() * sizeof(float));
     }
-    return slice_->forward_layers(x, n_tokens, pos_start, *ls.kv, pool_.get(), ls.ws);
+    status st;
+    forward_batch(std::span<const lane_span>(&span, 1), x, std::span<status>(&st, 1));
+    return st;
+}
+
+void stage::forward_batch(std::span<const lane_span> spans, float * x, std::span<status> span_status) {
+    const int64_t n_embd = hparams().n_embd;
+    std::lock_guard<std::mutex> lock(compute_mutex_);
+    // Checks and KV room first, span by span, so that one lane's problem (a full
+    // context, an exhausted pool) leaves the others to run.
+    std::vector<lane_span> ready;
+    ready.reserve(spans.size());
+    bool all_ready = true;
+    for (size_t i = 0; i < spans.size(); ++i) {
+        const lane_span & s = spans[i];
+        span_status[i] = check_span(s);
+        if (span_status[i].is_ok()) {
+            if (write_admission_) write_admission_(s.lane, s.pos_start, s.n_tokens);
+            span_status[i] = lanes_[static_cast<size_t>(s.lane)].kv->prepare_write(s.pos_start, s.n_tokens);
+        }
+        if (span_status[i].is_ok()) {
+            ready.push_back(s);
+        } else {
+            all_ready = false;
+        }
+    }
+    if (ready.empty()) return;
+    if (all_ready) {
+        const status st = run_layers(ready, x);
+        if (!st.is_ok()) for (auto & s : span_status) s = st;
+        return;
+    }
+    // Some spans dropped out: run the others on a packed copy of their rows.
+    std::vector<float> packed;
+    std::vector<std::pair<size_t, size_t>> where;  // (offset in x, offset in packed), in floats
+    size_t at = 0;
+    for (size_t i = 0; i < spans.size(); ++i) {
+        const size_t n = static_cast<size_t>(spans[i].n_tokens * n_embd);
+        if (span_status[i].is_ok()) {
+            where.emplace_back(at, packed.size());
+            packed.insert(packed.end(), x + at, x + at + n);
+        }
+        at += n;
+    }
+    const status st = run_layers(ready, packed.data());
+    size_t k = 0;
+    for (size_t i = 0; i < spans.size(); ++i) {
+        if (!span_status[i].is_ok()) continue;
+        if (!st.is_ok()) {
+            span_status[i] = st;
+        } else {
+            const size_t n = static_cast<size_t>(spans[i].n_tokens * n_embd);
+            std::memcpy(x + where[k].first, packed.data() + where[k].second, n * sizeof(float));
+        }
+        ++k;
+    }
+}
+
+// The seam for the model's batched pass (model_slice::forward_batch, one pass over
+// each weight matrix for every span): until it lands, the spans run one after another.
+status stage::run_layers(std::span<const lane_span> spans, float * x) {
+    const int64_t n_embd = hparams().n_embd;
+    for (const lane_span & s : spans) {
+        SKIPPY_TRY(slice_->forward_layers(x, s.n_tokens, s.pos_start, *lanes_[static_cast<size_t>(s.lane)].kv, pool_.get(), ws_));
+        x += s.n_tokens * n_embd;
+    }
+    return status::ok();
 }
 
 void stage::logits(std::span<const float> hidden, int64_t n_rows, std::span<float> out) {

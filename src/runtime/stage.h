@@ -1,9 +1,10 @@
 // A loaded stage: the weights of a layer range, its KV pool, and its lanes.
 //
-// A lane is one session: a KV sequence plus scratch buffers. Lanes of one stage may
-// be driven from different threads; their compute is serialized on the stage (one
-// forward at a time uses every thread of the pool), which keeps results independent
-// of scheduling and costs nothing on a CPU that one forward already saturates.
+// A lane is one session: a KV sequence. Lanes of one stage may be driven from
+// different threads; their compute is serialized on the stage (one pass at a time
+// uses every thread of the pool). A pass may carry several lanes at once
+// (forward_batch): one read of each weight matrix serves all of them, and every row's
+// result is the one it has alone, whatever else is in the batch.
 #pragma once
 
 #include "base/status.h"
@@ -38,6 +39,13 @@ struct stage_options {
 // Number of physical cores (threads sharing a core counted once); at least 1.
 int32_t physical_core_count();
 
+// One lane's rows in a batched pass: positions [pos_start, pos_start + n_tokens).
+struct lane_span {
+    int32_t lane = 0;
+    int64_t pos_start = 0;
+    int64_t n_tokens = 0;
+};
+
 class stage {
 public:
     // Binds the layer range of `file` and allocates the KV pool.
@@ -64,6 +72,16 @@ public:
     status forward(int32_t lane, int64_t pos_start, std::span<const token_id> tokens, std::span<const float> act_in,
                    int64_t n_tokens, std::span<float> act_out);
 
+    // Runs this stage's layers in place on x, which holds the input rows of every span
+    // in span order ([sum of n_tokens, n_embd]: embeddings on the first stage, the
+    // previous stage's output otherwise), as one pass. A span that cannot run (bad
+    // lane, position gap, context full, KV pool exhausted) gets its error in
+    // span_status and is left out, its rows untouched and its lane's earlier
+    // positions intact; the others run. REQUIRES: distinct lanes;
+    // span_status.size() == spans.size(). PROMISES: each row is bitwise what the
+    // same span computes alone.
+    void forward_batch(std::span<const lane_span> spans, float * x, std::span<status> span_status);
+
     // logits[n_rows, n_vocab] of hidden rows. REQUIRES: is_last().
     void logits(std::span<const float> hidden, int64_t n_rows, std::span<float> out);
 
@@ -80,16 +98,19 @@ public:
 private:
     struct lane_state {
         std::unique_ptr<kv_sequence> kv;
-        forward_workspace            ws;
     };
     stage() = default;
     status check_lane(int32_t lane) const;
+    status check_span(const lane_span & span) const;
+    // The model's pass over spans whose KV rows are prepared. REQUIRES: compute_mutex_.
+    status run_layers(std::span<const lane_span> spans, float * x);
 
     std::shared_ptr<const gguf::file>     file_;
     std::unique_ptr<model_slice>          slice_;
     std::shared_ptr<kernels::thread_pool> pool_;
     std::unique_ptr<kv_pool>              kv_pool_;
     std::vector<lane_state>               lanes_;
+    forward_workspace                     ws_;       // under compute_mutex_
     forward_workspace                     head_ws_;
     int32_t                               ctx_size_ = 0;
     std::mutex                            compute_mutex_;

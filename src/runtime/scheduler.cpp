@@ -1,0 +1,203 @@
+#include "runtime/scheduler.h"
+
+#include <algorithm>
+#include <cassert>
+#include <limits>
+
+namespace skippy {
+
+using sched_clock = std::chrono::steady_clock;
+
+lane_scheduler::lane_scheduler(int32_t n_lanes, scheduler_options options, step_fn run, observe_fn observe)
+    : options_(options), run_(std::move(run)), observe_(std::move(observe)), lanes_(static_cast<size_t>(n_lanes)) {
+    assert(n_lanes >= 1 && options.step_tokens >= 1 && options.micro_batches >= 1);
+    thread_ = std::thread([this] { loop(); });
+}
+
+lane_scheduler::~lane_scheduler() { stop(); }
+
+void lane_scheduler::stop() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stopping_ = true;
+    }
+    work_cv_.notify_all();
+    done_cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+}
+
+status lane_scheduler::wait_done(std::unique_lock<std::mutex> & lock, int32_t lane) {
+    lane_work & w = lanes_[static_cast<size_t>(lane)];
+    done_cv_.wait(lock, [&] { return w.done || stopping_; });
+    w.kind = work_kind::none;
+    if (!w.done) return make_error(error_code::unavailable, "the stage is shutting down");
+    return w.result;
+}
+
+status lane_scheduler::prefill(int32_t lane, int64_t pos_start, std::span<const token_id> tokens, int32_t max_chunk_tokens) {
+    if (lane < 0 || lane >= static_cast<int32_t>(lanes_.size())) return make_error(error_code::invalid_argument, "no such lane");
+    if (tokens.empty()) return status::ok();
+    if (max_chunk_tokens < 1) return make_error(error_code::invalid_argument, "prefill chunk must be >= 1 token");
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (stopping_) return make_error(error_code::unavailable, "the stage is shutting down");
+    lane_work & w = lanes_[static_cast<size_t>(lane)];
+    w.kind = work_kind::prefill;
+    w.pos = pos_start;
+    w.tokens = tokens;
+    w.max_chunk = max_chunk_tokens;
+    w.order = next_order_++;
+    w.ready_at = sched_clock::now();
+    w.done = false;
+    w.result = status::ok();
+    work_cv_.notify_one();
+    return wait_done(lock, lane);
+}
+
+result<token_id> lane_scheduler::decode(int32_t lane, int64_t pos, token_id token) {
+    if (lane < 0 || lane >= static_cast<int32_t>(lanes_.size())) return make_error(error_code::invalid_argument, "no such lane");
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (stopping_) return make_error(error_code::unavailable, "the stage is shutting down");
+    lane_work & w = lanes_[static_cast<size_t>(lane)];
+    w.kind = work_kind::decode;
+    w.pos = pos;
+    w.token = token;
+    w.order = next_order_++;
+    w.ready_at = sched_clock::now();
+    w.done = false;
+    w.result = status::ok();
+    w.sampled = -1;
+    w.decoding = true;
+    work_cv_.notify_one();
+    SKIPPY_TRY(wait_done(lock, lane));
+    return w.sampled;
+}
+
+void lane_scheduler::end(int32_t lane) {
+    if (lane < 0 || lane >= static_cast<int32_t>(lanes_.size())) return;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        lanes_[static_cast<size_t>(lane)].decoding = false;
+        lanes_[static_cast<size_t>(lane)].last_step = 0;
+    }
+    work_cv_.notify_one();  // a step gathering for this lane need not wait for it
+}
+
+std::vector<step_item> lane_scheduler::form_step(sched_clock::time_point & wait_until) {
+    wait_until = sched_clock::time_point::max();
+    std::vector<size_t> decodes, prefills;
+    int32_t n_decoding = 0;
+    for (size_t i = 0; i < lanes_.size(); ++i) {
+        const lane_work & w = lanes_[i];
+        if (w.decoding) ++n_decoding;
+        if (w.done || w.kind == work_kind::none) continue;
+        (w.kind == work_kind::decode ? decodes : prefills).push_back(i);
+    }
+    auto by_order = [&](size_t a, size_t b) { return lanes_[a].order < lanes_[b].order; };
+    std::sort(decodes.begin(), decodes.end(), by_order);
+    std::sort(prefills.begin(), prefills.end(), by_order);
+    if (decodes.empty() && prefills.empty()) return {};
+
+    if (!decodes.empty()) {
+        // The lanes of the first ready lane's previous step come back together: give
+        // them a moment, so that the step keeps its size.
+        const lane_work & head = lanes_[decodes.front()];
+        const auto deadline = head.ready_at + options_.gather;
+        if (head.last_step != 0 && sched_clock::now() < deadline) {
+            const bool missing = std::any_of(lanes_.begin(), lanes_.end(), [&](const lane_work & w) {
+                return w.decoding && w.last_step == head.last_step && (w.kind == work_kind::none || w.done);
+            });
+            if (missing) {
+                wait_until = deadline;
+                return {};
+            }
+        }
+    }
+
+    std::vector<step_item> items;
+    size_t n_take = decodes.size();
+    if (options_.micro_batches > 1) {
+        const size_t cap = (static_cast<size_t>(n_decoding) + options_.micro_batches - 1) / options_.micro_batches;
+        n_take = std::min(n_take, std::max<size_t>(cap, 1));
+    }
+    for (size_t k = 0; k < n_take; ++k) {
+        const size_t i = decodes[k];
+        step_item it;
+        it.lane = static_cast<int32_t>(i);
+        it.kind = step_kind::decode;
+        it.pos_start = lanes_[i].pos;
+        it.tokens = std::span<const token_id>(&lanes_[i].token, 1);
+        items.push_back(it);
+    }
+    // Prompt chunks fill the budget while anyone decodes; alone, a prompt takes its
+    // own chunk size.
+    int64_t left = std::numeric_limits<int64_t>::max();
+    if (n_decoding > 0) {
+        left = std::max<int64_t>(options_.step_tokens - static_cast<int64_t>(n_take), (options_.step_tokens + 3) / 4);
+    }
+    for (size_t i : prefills) {
+        if (left <= 0) break;
+        const lane_work & w = lanes_[i];
+        const int64_t n = std::min<int64_t>({static_cast<int64_t>(w.tokens.size()), w.max_chunk, left});
+        step_item it;
+        it.lane = static_cast<int32_t>(i);
+        it.kind = step_kind::prefill;
+        it.pos_start = w.pos;
+        it.tokens = w.tokens.first(static_cast<size_t>(n));
+        items.push_back(it);
+        left -= n;
+    }
+    return items;
+}
+
+void lane_scheduler::loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stopping_) {
+        sched_clock::time_point wait_until;
+        std::vector<step_item> items = form_step(wait_until);
+        if (items.empty()) {
+            if (wait_until == sched_clock::time_point::max()) {
+                work_cv_.wait(lock);
+            } else {
+                work_cv_.wait_until(lock, wait_until);
+            }
+            continue;
+        }
+        const auto started = sched_clock::now();
+        step_observation seen;
+        seen.n_lanes = static_cast<int32_t>(items.size());
+        for (const step_item & it : items) {
+            seen.n_tokens += static_cast<int64_t>(it.tokens.size());
+            seen.queue_wait_s.push_back(std::chrono::duration<double>(started - lanes_[static_cast<size_t>(it.lane)].ready_at).count());
+        }
+        const uint64_t step_id = next_step_++;
+        // The items point into lanes_ and into the callers' token spans, which stay put:
+        // each caller is blocked until its work is done.
+        lock.unlock();
+        run_(items);
+        if (observe_) observe_(seen);
+        lock.lock();
+        const auto now = sched_clock::now();
+        for (const step_item & it : items) {
+            lane_work & w = lanes_[static_cast<size_t>(it.lane)];
+            if (it.kind == step_kind::decode) {
+                w.done = true;
+                w.result = it.result;
+                w.sampled = it.sampled;
+                w.last_step = step_id;
+                continue;
+            }
+            const size_t n = it.tokens.size();
+            if (!it.result.is_ok() || n == w.tokens.size()) {
+                w.done = true;
+                w.result = it.result;
+                continue;
+            }
+            w.pos += static_cast<int64_t>(n);
+            w.tokens = w.tokens.subspan(n);
+            w.ready_at = now;
+        }
+        done_cv_.notify_all();
+    }
+}
+
+}  // namespace skippy

@@ -1,0 +1,111 @@
+// The lane scheduler of stage 0 (and of the in-process local_pipeline): lanes hand it
+// their work from their own threads — a prompt to prefill, a token to decode — and one
+// scheduler thread forms steps of what is ready and runs them (docs/transport.md,
+// "Scheduling"):
+//
+//   - a step takes every ready decode (one token per lane), then prompt chunks in the
+//     order the lanes asked, within a token budget while any lane decodes, so that a
+//     long prompt is prefilled in chunks beside the running streams instead of
+//     stalling them for its whole length; a lone prompt takes its full chunk size;
+//   - no lane waits for a full batch: a step runs with what is ready, except that it
+//     waits a moment (`gather`) for the other lanes of the ready lane's previous step,
+//     whose tokens arrive together, so steps keep their size instead of splitting;
+//   - with micro_batches > 1 (stages in separate processes) the decoding lanes are
+//     spread over that many steps, so that each stage works on one step while the
+//     next stage runs another.
+//
+// Exactness does not depend on any of this: a row is the same in any step (step.h).
+#pragma once
+
+#include "runtime/step.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <vector>
+
+namespace skippy {
+
+struct scheduler_options {
+    // Most tokens in a step while any lane decodes: the decodes plus prompt chunks.
+    // Prompt chunks get at least a quarter of it however many lanes decode.
+    int64_t step_tokens = 64;
+    // Steps the decoding lanes are spread over (1: all ready decodes in one step).
+    int32_t micro_batches = 1;
+    // How long a step may wait for the lanes of the previous step to be ready again.
+    std::chrono::microseconds gather{2000};
+};
+
+// What the scheduler saw of one step, for metrics.
+struct step_observation {
+    int32_t n_lanes = 0;
+    int64_t n_tokens = 0;
+    std::vector<double> queue_wait_s;  // per item: from being ready to the step's start
+};
+
+class lane_scheduler {
+public:
+    // Runs one step on the scheduler thread and sets each item's result (the caller's
+    // compute and hand-off, e.g. step_runner then a Step frame downstream).
+    using step_fn = std::function<void(std::span<step_item> items)>;
+    using observe_fn = std::function<void(const step_observation &)>;
+
+    // REQUIRES: n_lanes >= 1; options.step_tokens >= 1; options.micro_batches >= 1.
+    lane_scheduler(int32_t n_lanes, scheduler_options options, step_fn run, observe_fn observe = {});
+    ~lane_scheduler();
+    lane_scheduler(const lane_scheduler &) = delete;
+    lane_scheduler & operator=(const lane_scheduler &) = delete;
+
+    // From the lane's thread, one call at a time per lane. Computes `tokens` at
+    // [pos_start, +n) in chunks of at most max_chunk_tokens and returns once every
+    // chunk ran (the first error ends it). REQUIRES: tokens stay valid until it returns.
+    status prefill(int32_t lane, int64_t pos_start, std::span<const token_id> tokens, int32_t max_chunk_tokens);
+    // Computes `token` at `pos` in the next step that takes it; returns its step
+    // item's result: the sampled token on a final stage, -1 otherwise.
+    result<token_id> decode(int32_t lane, int64_t pos, token_id token);
+    // The lane's request is over: it no longer counts as decoding.
+    void end(int32_t lane);
+
+    // Ends the thread; calls waiting or made later fail (unavailable).
+    void stop();
+
+private:
+    enum class work_kind : uint8_t { none, prefill, decode };
+    struct lane_work {
+        work_kind                 kind = work_kind::none;
+        int64_t                   pos = 0;
+        std::span<const token_id> tokens;  // prefill: what is left
+        int32_t                   max_chunk = 0;
+        token_id                  token = 0;
+        uint64_t                  order = 0;  // when it became ready (FIFO)
+        std::chrono::steady_clock::time_point ready_at;
+        bool                      done = false;
+        status                    result;
+        token_id                  sampled = -1;
+        bool                      decoding = false;  // decoded since its request began
+        uint64_t                  last_step = 0;     // the step of its last decode (0: none)
+    };
+
+    void loop();
+    // Picks the next step's items (with the lock held). Empty: nothing to do yet; `wait_until`
+    // is when to look again (gathering), or max() to wait for work.
+    std::vector<step_item> form_step(std::chrono::steady_clock::time_point & wait_until);
+    status wait_done(std::unique_lock<std::mutex> & lock, int32_t lane);
+
+    const scheduler_options  options_;
+    step_fn                  run_;
+    observe_fn               observe_;
+    std::mutex               mutex_;
+    std::condition_variable  work_cv_, done_cv_;
+    std::vector<lane_work>   lanes_;
+    uint64_t                 next_order_ = 1;
+    uint64_t                 next_step_ = 1;
+    bool                     stopping_ = false;
+    std::thread              thread_;
+};
+
+}  // namespace skippy

@@ -1,0 +1,140 @@
+#include "runtime/step.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace skippy {
+
+void lane_sampler::track(int64_t pos_start, std::span<const token_id> tokens) {
+    sequence_.resize(static_cast<size_t>(std::clamp<int64_t>(pos_start, 0, static_cast<int64_t>(sequence_.size()))));
+    sequence_.insert(sequence_.end(), tokens.begin(), tokens.end());
+}
+
+void lane_sampler::trim(int64_t n_tokens) {
+    if (static_cast<int64_t>(sequence_.size()) > n_tokens) sequence_.resize(static_cast<size_t>(std::max<int64_t>(n_tokens, 0)));
+}
+
+token_id lane_sampler::sample(std::span<float> logits) {
+    sampler_.set_history(sequence_);
+    return sampler_.sample(logits);
+}
+
+std::span<const float> step_runner::rows(const step_item & item) const {
+    const size_t n_embd = static_cast<size_t>(stage_.hparams().n_embd);
+    return std::span<const float>(out_).subspan(item.out_offset, item.tokens.size() * n_embd);
+}
+
+void step_runner::run(std::span<step_item> items, step_lanes_i & lanes) {
+    const int64_t n_embd = stage_.hparams().n_embd;
+    const bool first = stage_.is_first(), last = stage_.is_last();
+    size_t total = 0;
+    for (step_item & it : items) {
+        it.out_offset = total;
+        total += it.tokens.size() * static_cast<size_t>(n_embd);
+    }
+    out_.resize(total);
+
+    // Lookups, and the spans left to compute.
+    spans_.clear();
+    span_item_.clear();
+    size_t n_in = 0;
+    for (size_t i = 0; i < items.size(); ++i) {
+        step_item & it = items[i];
+        it.result = status::ok();
+        it.restored = 0;
+        it.from_cache = false;
+        it.sampled = -1;
+        const int64_t n = static_cast<int64_t>(it.tokens.size());
+        if (n == 0) {
+            it.result = make_error(error_code::invalid_argument, "a step item needs at least one token");
+            continue;
+        }
+        if (!first && it.rows_in.size() != static_cast<size_t>(n * n_embd)) {
+            it.result = make_error(error_code::invalid_argument, "activation frame holds " + std::to_string(it.rows_in.size()) +
+                                                                     " floats, expected " + std::to_string(n * n_embd));
+            continue;
+        }
+        if (last && !lanes.sampler(it.lane)) {
+            it.result = make_error(error_code::invalid_data, "prefill/decode before ConfigureGeneration");
+            continue;
+        }
+        lanes.before(it, std::span<float>(out_).subspan(it.out_offset, static_cast<size_t>(n * n_embd)));
+        if (it.from_cache || it.restored >= n) continue;  // nothing left to compute
+        spans_.push_back({it.lane, it.pos_start + it.restored, n - it.restored});
+        span_item_.push_back(i);
+        n_in += static_cast<size_t>((n - it.restored) * n_embd);
+    }
+
+    // The computed rows' inputs, packed in span order.
+    x_.resize(n_in);
+    size_t at = 0;
+    for (size_t k = 0; k < spans_.size(); ++k) {
+        step_item & it = items[span_item_[k]];
+        const size_t n = static_cast<size_t>(spans_[k].n_tokens * n_embd);
+        if (first) {
+            it.result = stage_.slice().embed(it.tokens.subspan(static_cast<size_t>(it.restored)), x_.data() + at);
+        } else {
+            std::memcpy(x_.data() + at, it.rows_in.data() + it.restored * n_embd, n * sizeof(float));
+        }
+        at += n;
+    }
+    // A token outside the vocabulary fails its item before the pass.
+    if (std::any_of(span_item_.begin(), span_item_.end(), [&](size_t i) { return !items[i].result.is_ok(); })) {
+        size_t from = 0, to = 0, kept = 0;
+        for (size_t k = 0; k < spans_.size(); ++k) {
+            const size_t n = static_cast<size_t>(spans_[k].n_tokens * n_embd);
+            if (items[span_item_[k]].result.is_ok()) {
+                if (from != to) std::memmove(x_.data() + to, x_.data() + from, n * sizeof(float));
+                spans_[kept] = spans_[k];
+                span_item_[kept] = span_item_[k];
+                ++kept;
+                to += n;
+            }
+            from += n;
+        }
+        spans_.resize(kept);
+        span_item_.resize(kept);
+        x_.resize(to);
+    }
+
+    span_status_.assign(spans_.size(), status::ok());
+    if (!spans_.empty()) stage_.forward_batch(spans_, x_.data(), span_status_);
+
+    at = 0;
+    for (size_t k = 0; k < spans_.size(); ++k) {
+        step_item & it = items[span_item_[k]];
+        const size_t n = static_cast<size_t>(spans_[k].n_tokens * n_embd);
+        if (span_status_[k].is_ok()) {
+            std::memcpy(out_.data() + it.out_offset + static_cast<size_t>(it.restored * n_embd), x_.data() + at, n * sizeof(float));
+            lanes.after(it, rows(it));
+        } else {
+            it.result = span_status_[k];
+        }
+        at += n;
+    }
+    if (!last) return;
+
+    // The final stage: every lane's window follows its positions; the rows that sample
+    // go through the head in one pass.
+    last_rows_.clear();
+    for (step_item & it : items) {
+        if (!it.result.is_ok()) continue;
+        lanes.sampler(it.lane)->track(it.pos_start, it.tokens);
+        if (!samples(it.kind)) continue;
+        const float * row = out_.data() + it.out_offset + (it.tokens.size() - 1) * static_cast<size_t>(n_embd);
+        last_rows_.insert(last_rows_.end(), row, row + n_embd);
+    }
+    const int64_t n_rows = static_cast<int64_t>(last_rows_.size()) / n_embd;
+    if (n_rows == 0) return;
+    const int64_t n_vocab = stage_.hparams().n_vocab;
+    logits_.resize(static_cast<size_t>(n_rows * n_vocab));
+    stage_.logits(last_rows_, n_rows, logits_);
+    int64_t r = 0;
+    for (step_item & it : items) {
+        if (!it.result.is_ok() || !samples(it.kind)) continue;
+        it.sampled = lanes.sampler(it.lane)->sample(std::span<float>(logits_).subspan(static_cast<size_t>(r * n_vocab), static_cast<size_t>(n_vocab)));
+        ++r;
+    }
+}
+
+}  // namespace skippy

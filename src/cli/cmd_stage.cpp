@@ -63,7 +63,7 @@ int run_serve_stage(const serve_stage_options & o) {
     telemetry::metrics_registry metrics;
     metrics.add_stage_provider([&server] {
         return std::vector<telemetry::stage_snapshot>{
-            transport::stage_snapshot_of(server.stage_index(), server.model_stage(), server.cache_host())};
+            server.snapshot()};
     });
     http::metrics_server metrics_endpoint(metrics, telemetry::render_scope::stages_only);
     if (o.metrics_port != 0) {

@@ -22,6 +22,9 @@ constexpr double k_ttft_buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.
 constexpr double k_tpot_buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5};
 constexpr double k_duration_buckets[] = {0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
 constexpr double k_queue_buckets[] = {0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60};
+constexpr double k_step_lanes_buckets[] = {1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 128, 256};
+constexpr double k_step_tokens_buckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096};
+constexpr double k_step_wait_buckets[] = {0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
 
 constexpr std::span<const std::string_view> none() { return std::span<const std::string_view>(k_no_labels, 0); }
 constexpr std::span<const double> no_buckets() { return {}; }
@@ -78,6 +81,13 @@ constexpr std::array<metric_info, static_cast<size_t>(metric::count)> k_metrics 
      no_buckets()},
     {"skippy_kv_pool_bytes", mt::gauge, "bytes", "Bytes the stage's KV pool reserves.", k_stage, no_buckets()},
     {"skippy_kv_pool_used_bytes", mt::gauge, "bytes", "Bytes of the KV blocks in use.", k_stage, no_buckets()},
+    {"skippy_stage_step_lanes", mt::histogram, "lanes", "Lanes in each step the stage ran as one batch.", k_stage,
+     k_step_lanes_buckets},
+    {"skippy_stage_step_tokens", mt::histogram, "tokens", "Tokens (decode tokens and prompt chunks) in each step the stage ran.",
+     k_stage, k_step_tokens_buckets},
+    {"skippy_stage_step_queue_wait_seconds", mt::histogram, "seconds",
+     "Time a lane's work waited for the step that ran it (stage 0: from being handed to the scheduler; later stages: from its frame's arrival).",
+     k_stage, k_step_wait_buckets},
 }};
 
 constexpr bool table_is_well_formed() {
@@ -135,7 +145,7 @@ const metric_info & info(metric m) { return k_metrics[index_of(m)]; }
 
 bool from_stage_snapshots(metric m) {
     return static_cast<uint16_t>(m) >= static_cast<uint16_t>(metric::cache_hits) &&
-           static_cast<uint16_t>(m) <= static_cast<uint16_t>(metric::kv_pool_used_bytes);
+           static_cast<uint16_t>(m) <= static_cast<uint16_t>(metric::step_queue_wait);
 }
 
 std::string escape_label_value(std::string_view v) {
@@ -231,6 +241,14 @@ void metrics_registry::merge_snapshots(const std::vector<stage_snapshot> & snaps
         s.value = v;
         families[index_of(m)][labels] = s;
     };
+    auto put_histogram = [&](metric m, const label_values & labels, const histogram_snapshot & h) {
+        series s;
+        s.bucket_counts = h.bucket_counts;
+        s.bucket_counts.resize(info(m).buckets.size(), 0);
+        s.sum = h.sum;
+        s.count = h.count;
+        families[index_of(m)][labels] = s;
+    };
     for (const stage_snapshot & snap : snaps) {
         const std::string stage = std::to_string(snap.stage);
         for (const cache_tier_snapshot & t : snap.cache_tiers) {
@@ -247,6 +265,11 @@ void metrics_registry::merge_snapshots(const std::vector<stage_snapshot> & snaps
             put(metric::kv_pool_used_blocks, {stage}, static_cast<double>(kv.used_blocks));
             put(metric::kv_pool_bytes, {stage}, static_cast<double>(kv.blocks * kv.block_bytes));
             put(metric::kv_pool_used_bytes, {stage}, static_cast<double>(kv.used_blocks * kv.block_bytes));
+        }
+        if (snap.steps) {
+            put_histogram(metric::step_lanes, {stage}, snap.steps->lanes);
+            put_histogram(metric::step_tokens, {stage}, snap.steps->tokens);
+            put_histogram(metric::step_queue_wait, {stage}, snap.steps->queue_wait);
         }
     }
 }
@@ -324,6 +347,39 @@ std::string metrics_registry::render_prometheus(render_scope scope) const {
         }
     }
     return out;
+}
+
+namespace {
+
+void observe_into(histogram_snapshot & h, std::span<const double> buckets, double v) {
+    h.sum += v;
+    h.count += 1;
+    for (size_t i = 0; i < buckets.size(); ++i) {
+        if (v <= buckets[i]) {
+            h.bucket_counts[i] += 1;
+            break;
+        }
+    }
+}
+
+}  // namespace
+
+step_recorder::step_recorder() {
+    steps_.lanes.bucket_counts.assign(info(metric::step_lanes).buckets.size(), 0);
+    steps_.tokens.bucket_counts.assign(info(metric::step_tokens).buckets.size(), 0);
+    steps_.queue_wait.bucket_counts.assign(info(metric::step_queue_wait).buckets.size(), 0);
+}
+
+void step_recorder::observe(int64_t n_lanes, int64_t n_tokens, std::span<const double> queue_wait_s) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    observe_into(steps_.lanes, info(metric::step_lanes).buckets, static_cast<double>(n_lanes));
+    observe_into(steps_.tokens, info(metric::step_tokens).buckets, static_cast<double>(n_tokens));
+    for (double w : queue_wait_s) observe_into(steps_.queue_wait, info(metric::step_queue_wait).buckets, w);
+}
+
+step_snapshot step_recorder::snapshot() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return steps_;
 }
 
 }  // namespace skippy::telemetry

@@ -54,6 +54,9 @@ enum class metric : uint16_t {
     kv_pool_used_blocks,
     kv_pool_bytes,
     kv_pool_used_bytes,
+    step_lanes,        // from stage snapshots
+    step_tokens,       // from stage snapshots
+    step_queue_wait,   // from stage snapshots
     count,
 };
 
@@ -69,7 +72,8 @@ struct metric_info {
 // REQUIRES: m != metric::count.
 const metric_info & info(metric m);
 
-// True for the families filled from stage snapshots (skippy_cache_*, skippy_kv_pool_*).
+// True for the families filled from stage snapshots (skippy_cache_*, skippy_kv_pool_*,
+// skippy_stage_step_*).
 bool from_stage_snapshots(metric m);
 
 // What a render carries: every family (skippy serve), or only skippy_build_info and the
@@ -93,11 +97,41 @@ struct kv_pool_snapshot {
     int64_t block_bytes = 0;  // bytes per block (all layers of the stage)
 };
 
+// A histogram a stage keeps itself, cumulative since it started: counts per bucket of
+// the metric's table (not cumulative, without +Inf), their sum and count.
+struct histogram_snapshot {
+    std::vector<uint64_t> bucket_counts;
+    double                sum = 0;
+    uint64_t              count = 0;
+};
+
+// What a stage's lane loop did: one observation per step (lanes, tokens) and one per
+// lane in a step (its queue wait).
+struct step_snapshot {
+    histogram_snapshot lanes;       // skippy_stage_step_lanes
+    histogram_snapshot tokens;      // skippy_stage_step_tokens
+    histogram_snapshot queue_wait;  // skippy_stage_step_queue_wait_seconds
+};
+
 // What one stage reports at scrape time.
 struct stage_snapshot {
     int32_t                          stage = 0;
     std::vector<cache_tier_snapshot> cache_tiers;
     std::optional<kv_pool_snapshot>  kv_pool;
+    std::optional<step_snapshot>     steps;
+};
+
+// Records a stage's steps into the step_* histograms' buckets. Thread-safe.
+class step_recorder {
+public:
+    step_recorder();
+    // One step of n_lanes lanes and n_tokens tokens; queue_wait_s per lane, in seconds.
+    void observe(int64_t n_lanes, int64_t n_tokens, std::span<const double> queue_wait_s);
+    step_snapshot snapshot() const;
+
+private:
+    mutable std::mutex mutex_;
+    step_snapshot      steps_;
 };
 
 // Returns the snapshots of the stages it knows (a chain may report all its stages).

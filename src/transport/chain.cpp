@@ -7,6 +7,8 @@
 #include "transport/lane_session.h"
 #include "transport/timing.h"
 
+#include <optional>
+
 namespace skippy::transport {
 
 using protocol::message_kind;
@@ -24,17 +26,21 @@ struct chain_pipeline::lane_state final : chain_restore::chain_i {
     chain_pipeline &         self;
     const int32_t            index;
     lane_session             session;
-    downstream_link          forward;  // to stage 1
+    downstream_link          forward;  // to stage 1: this lane's control messages
     chain_restore            restore;
     uint64_t                 next_request_id = 1;
     bool                     broken = true;  // (re)connect on the next begin()
     protocol::stats_block    stats;          // merged over the current request
     int32_t                  decode_step = 0;
     int64_t                  n_prompt = 0;
+    uint64_t                 decode_request_id = 0;  // of the lane's last decode entry (set by its step)
     // Set by the acceptor thread, taken by the lane's user.
     std::mutex                  return_mutex;
     std::condition_variable     return_ready;
     std::unique_ptr<stage_link> return_link;
+    // Why the batch link failed while this lane had steps on it (set by its reader).
+    std::mutex                  failure_mutex;
+    std::optional<status>       batch_failure;
 };
 
 namespace {
@@ -46,7 +52,7 @@ constexpr int32_t k_fallback_chunk_tokens = 512;
 chain_pipeline::chain_pipeline(std::unique_ptr<stage> stage0, std::unique_ptr<stage_cache_host> cache, topology topo,
                                tcp_listener return_listener, const chain_options & options)
     : stage_(std::move(stage0)), cache_(std::move(cache)), topo_(std::move(topo)), listener_(std::move(return_listener)),
-      options_(options), handshakes_(options.link.max_pending_handshakes) {
+      options_(options), handshakes_(options.link.max_pending_handshakes), runner_(*stage_) {
     for (int32_t i = 0; i < stage_->n_lanes(); ++i) {
         auto dial = [this, i]() -> result<stage_link> {
             protocol::hello h;
@@ -58,16 +64,119 @@ chain_pipeline::chain_pipeline(std::unique_ptr<stage> stage0, std::unique_ptr<st
         };
         lanes_.push_back(std::make_unique<lane_state>(*this, *stage_, cache_.get(), i, std::move(dial)));
     }
+    sessions_ = std::make_unique<session_lanes>([this](int32_t lane) { return &lanes_[static_cast<size_t>(lane)]->session; },
+                                                !single_stage());
+    scheduler_options schedule = options_.schedule;
+    if (schedule.micro_batches == 0) schedule.micro_batches = 1;
+    if (!single_stage()) {
+        auto dial = [this]() -> result<stage_link> {
+            protocol::hello h;
+            h.link = protocol::link_kind::batch;
+            h.sender_stage = 0;
+            const auto & ep = topo_.stages[1].address;
+            return connect_link(ep, h, options_.link, "stage 1 (" + ep.to_string() + ", steps)");
+        };
+        batch_ = std::make_unique<batch_link>(std::move(dial), options_.credit_window, stage_->n_lanes(),
+                                              [this](const status & why, const std::vector<int32_t> & lanes) { on_batch_failure(why, lanes); });
+    }
+    scheduler_ = std::make_unique<lane_scheduler>(
+        stage_->n_lanes(), schedule, [this](std::span<step_item> items) { run_step(items); },
+        [this](const step_observation & seen) { steps_.observe(seen.n_lanes, seen.n_tokens, seen.queue_wait_s); });
     if (!single_stage()) acceptor_ = std::thread([this] { accept_loop(); });
 }
 
 chain_pipeline::~chain_pipeline() {
     stopping_.store(true);
+    scheduler_->stop();
     if (acceptor_.joinable()) acceptor_.join();
     listener_.close();
     handshakes_.stop();
+    if (batch_) batch_->close();
     for (auto & ls : lanes_) ls->forward.close();
     servers_.clear();  // stops the in-process stages
+}
+
+// One step on the scheduler thread: stage 0's layers for every item as one batch,
+// stage 0's cache bookkeeping, then (with more stages) the step as one frame to stage
+// 1. With one stage the step sampled already.
+void chain_pipeline::run_step(std::span<step_item> items) {
+    for (step_item & it : items) {
+        lane_state & ls = *lanes_[static_cast<size_t>(it.lane)];
+        std::lock_guard<std::mutex> lock(ls.failure_mutex);
+        if (ls.batch_failure) it.result = *ls.batch_failure;  // its earlier steps were lost: do not compute on
+    }
+    const auto t0 = clock::now();
+    runner_.run(items, *sessions_);
+    const uint32_t compute_us = micros_since(t0);
+    protocol::step_frame step;
+    step.step_id = next_step_id_++;
+    for (step_item & it : items) {
+        if (!it.result.is_ok()) continue;
+        lane_state & ls = *lanes_[static_cast<size_t>(it.lane)];
+        cache::cache_counters counters = ls.session.step_counters;
+        if (it.kind == step_kind::prefill) {
+            counters.merge(ls.session.cache().record_if_final(it.pos_start + static_cast<int64_t>(it.tokens.size()), false));
+        }
+        add_cache_counters(ls.stats, counters);
+        if (single_stage()) continue;
+        const bool decode = it.kind == step_kind::decode;
+        protocol::step_entry e;
+        const protocol::request shape = make_request(ls, decode ? message_kind::decode : message_kind::prefill, it.pos_start);
+        e.kind = shape.kind;
+        e.request_id = shape.request_id;
+        e.session_id = static_cast<uint64_t>(it.lane);
+        e.pos_start = it.pos_start;
+        e.state = shape.state;
+        if (decode) {
+            e.state.current_token = it.tokens.front();
+            ls.decode_request_id = e.request_id;
+        }
+        // Stage 0's counters stay in ls.stats: the final stage's reply carries the merge
+        // of the stages below, so sending them down would count them twice.
+        e.stats.max_compute_us = compute_us;
+        e.tokens.assign(it.tokens.begin(), it.tokens.end());
+        const auto rows = runner_.rows(it);
+        step.activation.values.insert(step.activation.values.end(), rows.begin(), rows.end());
+        step.entries.push_back(std::move(e));
+    }
+    if (single_stage() || step.entries.empty()) return;
+    step.source_stage = 0;
+    step.activation.producer_stage = 0;
+    step.activation.layer_start = static_cast<uint32_t>(stage_->slice().range().start);
+    step.activation.layer_end = static_cast<uint32_t>(stage_->slice().range().end);
+    step.activation.n_embd = static_cast<uint32_t>(stage_->hparams().n_embd);
+    uint32_t forward_us = 0;
+    const status st = batch_->send(step, &forward_us);
+    for (step_item & it : items) {
+        if (!it.result.is_ok()) continue;
+        if (!st.is_ok()) {
+            it.result = st;
+            continue;
+        }
+        protocol::stats_block & stats = lanes_[static_cast<size_t>(it.lane)]->stats;
+        stats.max_forward_us = std::max(stats.max_forward_us, forward_us);
+    }
+}
+
+// The batch link to stage 1 failed with steps of these lanes on it: their requests
+// fail with the reason. Shutting their forward links down wakes a lane waiting for a
+// token.
+void chain_pipeline::on_batch_failure(const status & reason, const std::vector<int32_t> & lanes) {
+    SKIPPY_LOG_WARN("stage 0: the batch link to stage 1 failed: %s", reason.to_string().c_str());
+    for (int32_t lane : lanes) {
+        lane_state & ls = *lanes_[static_cast<size_t>(lane)];
+        {
+            std::lock_guard<std::mutex> lock(ls.failure_mutex);
+            if (!ls.batch_failure) ls.batch_failure = reason;
+        }
+        ls.forward.shutdown();
+    }
+}
+
+// The reason a lane failed: the batch link's, when that failed under it.
+status chain_pipeline::lane_failure(lane_state & ls, const status & fallback) {
+    std::lock_guard<std::mutex> lock(ls.failure_mutex);
+    return ls.batch_failure ? *ls.batch_failure : fallback;
 }
 
 // Registers return links: the final stage dials stage 0 once per lane. Each
@@ -112,8 +221,9 @@ void chain_pipeline::register_return_link(handshake_pool::pending & p) {
     ls.return_ready.notify_all();
 }
 
-status chain_pipeline::fail_lane(int32_t lane, const status & st) {
+status chain_pipeline::fail_lane(int32_t lane, const status & why) {
     lane_state & ls = *lanes_[static_cast<size_t>(lane)];
+    const status st = lane_failure(ls, why);
     ls.broken = true;
     ls.forward.close();
     {
@@ -178,17 +288,12 @@ status chain_pipeline::upstream_reason(lane_state & ls, const status & fallback)
 }
 
 status chain_pipeline::roundtrip(lane_state & ls, protocol::request req, protocol::reply & reply) {
+    // Every step holding this lane must have reached stage 1 first (batch_link.h).
+    if (batch_) batch_->wait_idle(ls.index);
     uint32_t forward_us = 0;
     SKIPPY_TRY(ls.forward.roundtrip(req, reply, &forward_us));
     ls.stats.max_forward_us = std::max(ls.stats.max_forward_us, forward_us);
     ls.stats = protocol::merge_stats(ls.stats, reply.stats);
-    return status::ok();
-}
-
-status chain_pipeline::send_streamed(lane_state & ls, protocol::request req) {
-    uint32_t forward_us = 0;
-    SKIPPY_TRY(ls.forward.send_streamed(req, &forward_us));
-    ls.stats.max_forward_us = std::max(ls.stats.max_forward_us, forward_us);
     return status::ok();
 }
 
@@ -202,6 +307,10 @@ status chain_pipeline::begin(int32_t lane, const sampling_config & sampling, std
     ls.decode_step = 0;
     ls.stats = {};
     ls.restore.reset();
+    {
+        std::lock_guard<std::mutex> lock(ls.failure_mutex);
+        ls.batch_failure.reset();
+    }
     const cache::cache_mode mode = options_.cache.config.mode;
     ls.session.cache().configure(std::string(cache_key), mode, ls.n_prompt);
 
@@ -236,68 +345,48 @@ status chain_pipeline::begin(int32_t lane, const sampling_config & sampling, std
 }
 
 status chain_pipeline::prefill_prompt(int32_t lane, std::span<const token_id> prompt, int32_t chunk_tokens, bool decodes) {
+    if (lane < 0 || lane >= n_lanes()) return make_error(error_code::invalid_argument, "no such lane");
     lane_state & ls = *lanes_[static_cast<size_t>(lane)];
+    if (!single_stage() && ls.broken) return make_error(error_code::unavailable, "lane " + std::to_string(lane) + " is not connected");
     if (!decodes) {
         const status st = ls.restore.settle();
         if (!st.is_ok()) return fail_lane(lane, st);
     }
-    return pipeline_i::prefill_prompt(lane, prompt, chunk_tokens, decodes);
+    // The rest of the prompt goes to the scheduler at once: it cuts the chunks,
+    // smaller while other lanes decode.
+    const int64_t n_prefill = static_cast<int64_t>(prompt.size()) - 1;
+    const int64_t from = std::clamp<int64_t>(ls.restore.restored(), 0, std::max<int64_t>(n_prefill, 0));
+    if (from >= n_prefill) return status::ok();
+    return prefill_range(lane, from, prompt.subspan(static_cast<size_t>(from), static_cast<size_t>(n_prefill - from)), chunk_tokens);
 }
 
 status chain_pipeline::prefill(int32_t lane, int64_t pos_start, std::span<const token_id> tokens) {
+    if (lane < 0 || lane >= n_lanes()) return make_error(error_code::invalid_argument, "no such lane");
+    return prefill_range(lane, pos_start, tokens, static_cast<int32_t>(std::max<size_t>(tokens.size(), 1)));
+}
+
+status chain_pipeline::prefill_range(int32_t lane, int64_t pos_start, std::span<const token_id> tokens, int32_t chunk_tokens) {
     lane_state & ls = *lanes_[static_cast<size_t>(lane)];
     if (!single_stage() && ls.broken) return make_error(error_code::unavailable, "lane " + std::to_string(lane) + " is not connected");
-    const int64_t n = static_cast<int64_t>(tokens.size());
-    const auto t0 = clock::now();
-    cache::cache_counters counters;
-    // In-band on a chunk at position 0 (nothing was restored): skip it when its frame
-    // and KV are both cached.
-    const bool from_cache = !single_stage() && ls.session.lookup_chunk(pos_start, tokens, false, counters).from_cache;
-    if (!from_cache) {
-        status st = ls.session.compute(pos_start, tokens, {});
-        if (!st.is_ok()) return single_stage() ? st : fail_lane(lane, st);
-        ls.session.note_computed(pos_start, tokens);
-    }
-    counters.merge(ls.session.cache().record_if_final(pos_start + n, false));
-    add_cache_counters(ls.stats, counters);
-    if (single_stage()) {
-        ls.session.track_tokens(pos_start, tokens);
-        return status::ok();
-    }
-    protocol::request req = make_request(ls, message_kind::prefill, pos_start);
-    req.tokens.assign(tokens.begin(), tokens.end());
-    // This stage's counters are already in ls.stats; the final stage's reply carries
-    // the merge of the stages below, so sending them down would count them twice.
-    req.stats.max_compute_us = micros_since(t0);
-    req.activation = ls.session.output_frame();
-    status st = send_streamed(ls, std::move(req));
-    return st.is_ok() ? st : fail_lane(lane, st);
+    const status st = scheduler_->prefill(lane, pos_start, tokens, chunk_tokens);
+    if (st.is_ok() || single_stage()) return st;
+    return fail_lane(lane, st);
 }
 
 result<token_id> chain_pipeline::decode(int32_t lane, int64_t pos, token_id token) {
+    if (lane < 0 || lane >= n_lanes()) return make_error(error_code::invalid_argument, "no such lane");
     lane_state & ls = *lanes_[static_cast<size_t>(lane)];
-    const std::span<const token_id> one(&token, 1);
     if (single_stage()) {
         if (!ls.session.sampling()) return make_error(error_code::internal, "decode before begin");
-        SKIPPY_TRY(ls.session.compute(pos, one, {}));
-        ls.session.track_tokens(pos, one);
+        SKIPPY_ASSIGN_OR_RETURN(token_id next, scheduler_->decode(lane, pos, token));
         ++ls.decode_step;
-        return ls.session.sample_last_row();
+        return next;
     }
     if (ls.broken) return make_error(error_code::unavailable, "lane " + std::to_string(lane) + " is not connected");
     if (ls.restore.deferred()) return decode_with_restore(lane, pos, token);
-    const auto t0 = clock::now();
-    status st = ls.session.compute(pos, one, {});
-    if (!st.is_ok()) return fail_lane(lane, st);
-    protocol::request req = make_request(ls, message_kind::decode, pos);
-    req.state.current_token = token;
-    req.tokens = {token};
-    req.stats.max_compute_us = micros_since(t0);
-    req.activation = ls.session.output_frame();
-    const uint64_t id = req.request_id;
-    st = send_streamed(ls, std::move(req));
-    if (!st.is_ok()) return fail_lane(lane, st);
-    return wait_for_token(lane, id);
+    auto sent = scheduler_->decode(lane, pos, token);
+    if (!sent.is_ok()) return fail_lane(lane, sent.error());
+    return wait_for_token(lane, ls.decode_request_id);
 }
 
 // The first decode of a prompt whose first n - 1 tokens every stage holds: restore
@@ -318,10 +407,7 @@ result<token_id> chain_pipeline::decode_with_restore(int32_t lane, int64_t pos, 
     // Fall back: compute the whole prompt from position 0 on every stage.
     stage_->truncate_lane(lane, 0);
     const auto & prompt = ls.restore.prompt();
-    for (int64_t p = 0; p < pos; p += k_fallback_chunk_tokens) {
-        const int64_t m = std::min<int64_t>(k_fallback_chunk_tokens, pos - p);
-        SKIPPY_TRY(prefill(lane, p, std::span<const token_id>(prompt).subspan(static_cast<size_t>(p), static_cast<size_t>(m))));
-    }
+    SKIPPY_TRY(prefill_range(lane, 0, std::span<const token_id>(prompt).first(static_cast<size_t>(pos)), k_fallback_chunk_tokens));
     return decode(lane, pos, token);
 }
 
@@ -340,6 +426,7 @@ result<token_id> chain_pipeline::wait_for_token(int32_t lane, uint64_t request_i
         const int ready = wait_readable(fds, deadline);
         if (ready < 0) return fail_lane(lane, make_error(error_code::unavailable, "timed out waiting for the predicted token"));
         if (ready == 1) {
+            // Nothing but an Error travels up a lane's forward link while it decodes.
             status st = ls.forward.read_one(0, nullptr);
             if (!st.is_ok()) return fail_lane(lane, st);
             continue;
@@ -364,6 +451,7 @@ result<token_id> chain_pipeline::wait_for_token(int32_t lane, uint64_t request_i
 void chain_pipeline::end(int32_t lane) {
     if (lane < 0 || lane >= n_lanes()) return;
     lane_state & ls = *lanes_[static_cast<size_t>(lane)];
+    scheduler_->end(lane);
     add_cache_counters(ls.stats, ls.session.cache().stop());
     stage_->truncate_lane(lane, 0);
     ls.session.stop_sampling();
@@ -379,8 +467,8 @@ protocol::stats_block chain_pipeline::last_stats(int32_t lane) const { return la
 
 std::vector<telemetry::stage_snapshot> chain_pipeline::stage_snapshots() {
     std::vector<telemetry::stage_snapshot> out;
-    out.push_back(stage_snapshot_of(0, *stage_, cache_.get()));
-    for (const auto & s : servers_) out.push_back(stage_snapshot_of(s->stage_index(), s->model_stage(), s->cache_host()));
+    out.push_back(stage_snapshot_of(0, *stage_, cache_.get(), &steps_));
+    for (const auto & s : servers_) out.push_back(s->snapshot());
     return out;
 }
 
@@ -449,7 +537,11 @@ result<std::unique_ptr<chain_pipeline>> make_topology_chain(std::shared_ptr<cons
     if (topo.n_stages() > 1) {
         SKIPPY_ASSIGN_OR_RETURN(l, tcp_listener::listen(topo.stages[0].address));
     }
-    return std::make_unique<chain_pipeline>(std::move(s0.st), std::move(s0.cache), topo, std::move(l), chain);
+    // The stages run in processes of their own: with a step in flight per stage, none
+    // waits for the others.
+    chain_options co = chain;
+    if (co.schedule.micro_batches == 0) co.schedule.micro_batches = topo.n_stages();
+    return std::make_unique<chain_pipeline>(std::move(s0.st), std::move(s0.cache), topo, std::move(l), co);
 }
 
 }  // namespace skippy::transport

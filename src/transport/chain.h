@@ -1,10 +1,13 @@
 // Stage 0: the pipeline_i that generate and serve drive (DESIGN §2, docs/transport.md).
 //
 // Stage 0 runs its own layers (all of them when the chain has one stage, in which case
-// it also samples), streams prefill chunks and decode steps to stage 1 over each
-// lane's forward link (credit-windowed, so stage k works on chunk i while stage k-1
-// computes chunk i+1), and receives predicted tokens from the final stage on the
-// lane's direct return link, which the final stage dials into stage 0's endpoint.
+// it also samples). Its lanes hand their prompts and decode tokens to one
+// lane_scheduler, which runs them in steps (decode batched across lanes, prompts
+// chunked beside it) and sends each step to stage 1 as one Step frame on the batch
+// link (credit-windowed, so stage k runs step t while stage k-1 runs step t+1).
+// Predicted tokens come back from the final stage on each lane's direct return link,
+// which the final stage dials into stage 0's endpoint; control messages (configure,
+// cache restores, stop) travel on each lane's own forward link.
 //
 // Prefix cache (DESIGN §6): at begin() stage 0 probes its own cache and then the
 // chain's, and restores the longest prefix every stage holds — on all stages or none,
@@ -18,6 +21,10 @@
 #pragma once
 
 #include "runtime/pipeline.h"
+#include "runtime/scheduler.h"
+#include "runtime/step.h"
+#include "transport/batch_link.h"
+#include "transport/lane_session.h"
 #include "transport/stage_server.h"
 
 #include <condition_variable>
@@ -65,6 +72,9 @@ public:
 private:
     struct lane_state;
 
+    void run_step(std::span<step_item> items);
+    void on_batch_failure(const status & reason, const std::vector<int32_t> & lanes);
+    status lane_failure(lane_state & ls, const status & fallback);
     void accept_loop();
     void register_return_link(handshake_pool::pending & p);
     status fail_lane(int32_t lane, const status & st);
@@ -72,7 +82,7 @@ private:
     status upstream_reason(lane_state & ls, const status & fallback);
     status roundtrip(lane_state & ls, protocol::request req, protocol::reply & reply);
     protocol::request make_request(lane_state & ls, protocol::message_kind kind, int64_t pos_start) const;
-    status send_streamed(lane_state & ls, protocol::request req);
+    status prefill_range(int32_t lane, int64_t pos_start, std::span<const token_id> tokens, int32_t chunk_tokens);
     result<token_id> decode_with_restore(int32_t lane, int64_t pos, token_id token);
     result<token_id> wait_for_token(int32_t lane, uint64_t request_id);
     bool single_stage() const { return topo_.n_stages() == 1; }
@@ -87,6 +97,13 @@ private:
     std::thread                                acceptor_;
     handshake_pool                             handshakes_;
     std::vector<std::unique_ptr<stage_server>> servers_;
+    // The lane loop: run on the scheduler thread.
+    step_runner                                runner_;
+    std::unique_ptr<session_lanes>             sessions_;
+    uint64_t                                   next_step_id_ = 1;
+    std::unique_ptr<batch_link>                batch_;  // to stage 1 (null with one stage)
+    telemetry::step_recorder                   steps_;
+    std::unique_ptr<lane_scheduler>            scheduler_;
 };
 
 // The stage options a chain's stage needs (pool room for cached prefixes included).

@@ -55,7 +55,7 @@ cache::restore_result lane_cache::restore(std::span<const token_id> tokens, int6
     return cache()->restore(req);
 }
 
-bool lane_cache::restore_chunk_with_activation(std::span<const token_id> tokens, int32_t width, std::vector<float> & frame_out,
+bool lane_cache::restore_chunk_with_activation(std::span<const token_id> tokens, int32_t width, std::span<float> frame_out,
                                                cache::cache_counters & counters) {
     if (!lookups()) return false;
     cache::activation_restore_request req;
@@ -66,11 +66,11 @@ bool lane_cache::restore_chunk_with_activation(std::span<const token_id> tokens,
     cache::activation_restore_result r = cache()->restore_with_activation(req);
     counters.merge(r.kv.counters);
     const size_t want_bytes = tokens.size() * static_cast<size_t>(width) * sizeof(float);
-    if (r.outcome != cache::activation_outcome::hit || !r.frame || r.frame->size() != want_bytes) {
+    if (r.outcome != cache::activation_outcome::hit || !r.frame || r.frame->size() != want_bytes ||
+        frame_out.size() * sizeof(float) != want_bytes) {
         if (r.kv.restored_tokens > 0) rollback();  // KV without its frame: the chunk is recomputed whole
         return false;
     }
-    frame_out.resize(tokens.size() * static_cast<size_t>(width));
     std::memcpy(frame_out.data(), r.frame->data(), want_bytes);
     return true;
 }

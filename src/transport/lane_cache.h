@@ -33,8 +33,9 @@ public:
     cache::restore_result restore(std::span<const token_id> tokens, int64_t max_tokens, cache::lookup_kind kind, bool allow_short);
 
     // In-band on a Prefill at position 0: the forwarded frame and KV of the whole chunk.
-    // On a hit, `frame_out` holds the chunk's output rows and the KV is in place.
-    bool restore_chunk_with_activation(std::span<const token_id> tokens, int32_t width, std::vector<float> & frame_out,
+    // On a hit, `frame_out` (tokens.size() * width floats) holds the chunk's output rows
+    // and the KV is in place.
+    bool restore_chunk_with_activation(std::span<const token_id> tokens, int32_t width, std::span<float> frame_out,
                                        cache::cache_counters & counters);
     void record_activation(std::span<const token_id> tokens, int32_t width, std::span<const float> frame);
 

@@ -20,6 +20,11 @@ status stage_link::send_request(const protocol::request & r) {
     return write_frame(protocol::encode_request(r));
 }
 
+status stage_link::send_step(const protocol::step_frame & s) {
+    SKIPPY_TRY(protocol::validate_step(s, options_.limits));
+    return write_frame(protocol::encode_step(s));
+}
+
 status stage_link::send_reply(const protocol::reply & r) {
     SKIPPY_TRY(protocol::validate_reply(r, options_.limits));
     return write_frame(protocol::encode_reply(r));
@@ -93,6 +98,14 @@ result<protocol::reply> stage_link::read_reply(clock::time_point deadline) {
     auto r = protocol::decode_reply(frame, options_.limits);
     if (!r.is_ok()) return annotate(r.error());
     return r;
+}
+
+result<protocol::step_frame> stage_link::read_step(clock::time_point deadline) {
+    std::vector<uint8_t> frame;
+    SKIPPY_TRY(read_frame(frame, deadline));
+    auto s = protocol::decode_step(frame, options_.limits);
+    if (!s.is_ok()) return annotate(s.error());
+    return s;
 }
 
 result<protocol::request> read_first_request(tcp_socket & socket, const link_options & options, clock::time_point deadline) {

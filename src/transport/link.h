@@ -56,6 +56,7 @@ public:
     bool peer_closed() const { return peer_closed_; }
 
     status send_request(const protocol::request & r);
+    status send_step(const protocol::step_frame & s);
     status send_reply(const protocol::reply & r);
     // Best effort: an Error reply for `st`, then the link is closed.
     void fail(uint64_t request_id, const status & st);
@@ -64,6 +65,7 @@ public:
     // options.frame_timeout for the rest.
     result<protocol::request> read_request(clock::time_point deadline);
     result<protocol::reply> read_reply(clock::time_point deadline);
+    result<protocol::step_frame> read_step(clock::time_point deadline);
     clock::time_point reply_deadline() const { return clock::now() + options_.reply_timeout; }
 
 private:

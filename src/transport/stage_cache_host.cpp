@@ -54,9 +54,11 @@ std::string platform_tag() {
 #endif
 }
 
-telemetry::stage_snapshot stage_snapshot_of(int32_t stage_index, stage & st, stage_cache_host * host) {
+telemetry::stage_snapshot stage_snapshot_of(int32_t stage_index, stage & st, stage_cache_host * host,
+                                            const telemetry::step_recorder * steps) {
     telemetry::stage_snapshot snap;
     snap.stage = stage_index;
+    if (steps) snap.steps = steps->snapshot();
     kv_pool & kv = st.kv();
     snap.kv_pool = telemetry::kv_pool_snapshot{kv.n_blocks(), kv.n_blocks() - kv.n_free(), static_cast<int64_t>(kv.geometry().block_bytes())};
     if (!host || !host->cache()) return snap;

@@ -43,8 +43,10 @@ std::string platform_tag();
 // resident, exact_state and activation. KV restores try resident, then exact state:
 // a tier's hits are the restores it served, its misses the restores that reached it
 // and it did not serve (resident: every lookup it did not serve; exact_state: lookups
-// no tier served). Activation lookups are counted by that tier itself.
-telemetry::stage_snapshot stage_snapshot_of(int32_t stage_index, stage & st, stage_cache_host * cache);
+// no tier served). Activation lookups are counted by that tier itself. `steps` (may be
+// null) adds the stage's step histograms.
+telemetry::stage_snapshot stage_snapshot_of(int32_t stage_index, stage & st, stage_cache_host * cache,
+                                            const telemetry::step_recorder * steps = nullptr);
 
 class stage_cache_host {
 public:

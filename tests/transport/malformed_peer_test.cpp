@@ -270,6 +270,76 @@ TEST_F(malformed_peer, MismatchedActivationIsRefused) {
     expect_server_still_serves();
 }
 
+// The batch link (docs/transport.md, "Lanes and steps"): a Step whose lane list is
+// malformed, or that names a lane the stage does not have, or is of the wrong width,
+// gets an Error naming the problem and a close; the stage serves on.
+protocol::step_frame valid_step() {
+    protocol::step_frame s;
+    s.step_id = 5;
+    protocol::step_entry e;
+    e.kind = protocol::message_kind::prefill;
+    e.request_id = 1;
+    e.session_id = 0;
+    e.state.phase = protocol::message_phase::prefill;
+    e.state.prompt_token_count = 2;
+    e.tokens = {1, 2};
+    s.entries = {e};
+    s.activation.layer_end = 1;
+    s.activation.n_embd = 64;
+    s.activation.values.assign(2 * 64, 0.5f);
+    return s;
+}
+
+TEST_F(malformed_peer, BadStepsOnTheBatchLinkGetAnErrorNamingTheProblemThenAClose) {
+    struct bad_step {
+        std::string          name;
+        std::vector<uint8_t> bytes;
+        std::string          problem;
+    };
+    std::vector<bad_step> cases;
+    protocol::step_frame two = valid_step();
+    two.entries.push_back(two.entries[0]);
+    two.entries[1].session_id = 1;
+    two.activation.values.assign(4 * 64, 0.5f);
+    auto twice = protocol::encode_step(two);
+    // Entry 1's session_id (lane): header, entry 0 with its two tokens, then 12 bytes in.
+    const size_t at_lane1 = protocol::step_fixed_bytes + protocol::step_entry_fixed_bytes + 8 + 12;
+    twice[at_lane1] = 0;  // both entries name lane 0
+    cases.push_back({"a lane named twice", twice, "lane 0 appears twice"});
+    protocol::step_frame far = valid_step();
+    far.entries[0].session_id = 9;
+    cases.push_back({"a lane the stage does not have", protocol::encode_step(far), "step entry for lane 9, but this stage has 2 lanes"});
+    protocol::step_frame narrow = valid_step();
+    narrow.activation.n_embd = 32;
+    narrow.activation.values.assign(2 * 32, 0.5f);
+    cases.push_back({"the wrong width", protocol::encode_step(narrow), "step activation width 32"});
+    auto none = protocol::encode_step(valid_step());
+    for (size_t i = 0; i < 4; ++i) none[20 + i] = 0;  // n_entries 0
+    cases.push_back({"no entries", none, "n_entries"});
+    cases.push_back({"a request instead of a step", valid_prefill_frame(), "is not a step"});
+    for (auto & c : cases) {
+        SCOPED_TRACE(c.name);
+        auto s = dial();
+        protocol::hello h;
+        h.link = protocol::link_kind::batch;
+        ASSERT_EQ(hello_answer(s, h).status, protocol::hello_status::ok);
+        ASSERT_TRUE(s.write_all(c.bytes).is_ok());
+        expect_error_then_close(std::move(s), c.problem);
+    }
+    expect_server_still_serves();
+}
+
+TEST_F(malformed_peer, ABatchLinkNamesLaneZero) {
+    auto s = dial();
+    protocol::hello h;
+    h.link = protocol::link_kind::batch;
+    h.lane = 1;
+    const auto answer = hello_answer(s, h);
+    EXPECT_EQ(answer.status, protocol::hello_status::bad_request);
+    EXPECT_NE(answer.reason.find("a batch link names lane 0"), std::string::npos) << answer.reason;
+    expect_server_still_serves();
+}
+
 // Handshakes run off the accept thread: a dialer that says nothing, holding its
 // connection open far longer than the other side's handshake timeout, must not keep
 // a real request from getting through.

@@ -1,0 +1,118 @@
+#include "transport/batch_link.h"
+
+#include "base/log.h"
+#include "transport/timing.h"
+
+namespace skippy::transport {
+
+using protocol::message_kind;
+
+batch_link::batch_link(dial_fn dial, int32_t credit_window, int32_t n_lanes, failure_fn on_failure)
+    : dial_(std::move(dial)), credit_window_(credit_window), on_failure_(std::move(on_failure)),
+      per_lane_(static_cast<size_t>(n_lanes), 0) {}
+
+batch_link::~batch_link() { close(); }
+
+void batch_link::close() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        link_.shutdown();
+        failed_ = true;  // the reader exits quietly
+    }
+    if (reader_.joinable()) reader_.join();
+    std::lock_guard<std::mutex> lock(mutex_);
+    link_.close();
+    in_flight_.clear();
+    std::fill(per_lane_.begin(), per_lane_.end(), 0);
+    cv_.notify_all();
+}
+
+void batch_link::fail_locked(const status & reason, std::unique_lock<std::mutex> & lock) {
+    if (failed_) return;
+    failed_ = true;
+    link_.shutdown();  // a sender blocked in write wakes up
+    std::vector<int32_t> lanes;
+    for (const auto & f : in_flight_) lanes.insert(lanes.end(), f.lanes.begin(), f.lanes.end());
+    in_flight_.clear();
+    std::fill(per_lane_.begin(), per_lane_.end(), 0);
+    cv_.notify_all();
+    if (on_failure_) {
+        lock.unlock();
+        on_failure_(reason, lanes);
+        lock.lock();
+    }
+}
+
+void batch_link::read_loop(stage_link * link) {
+    while (true) {
+        auto r = link->read_reply(clock::now() + std::chrono::hours(24 * 365));  // idle links wait
+        std::unique_lock<std::mutex> lock(mutex_);
+        if (failed_) return;  // closed or failed by the sender
+        if (!r.is_ok()) {
+            fail_locked(link->peer_closed() ? make_error(error_code::unavailable, link->peer_name() + ": connection closed by the peer")
+                                            : r.error(),
+                        lock);
+            return;
+        }
+        if (r->kind == message_kind::error) {
+            fail_locked(protocol::error_reply_status(*r), lock);
+            return;
+        }
+        if (r->kind != message_kind::ack || in_flight_.empty() || in_flight_.front().step_id != r->request_id) {
+            fail_locked(make_error(error_code::invalid_data, link->peer_name() + " sent an unexpected " +
+                                                                 std::string(protocol::message_kind_name(r->kind)) + " for step " +
+                                                                 std::to_string(r->request_id)),
+                        lock);
+            return;
+        }
+        for (int32_t lane : in_flight_.front().lanes) --per_lane_[static_cast<size_t>(lane)];
+        in_flight_.pop_front();
+        cv_.notify_all();
+    }
+}
+
+status batch_link::send(const protocol::step_frame & step, uint32_t * forward_us) {
+    const auto t0 = clock::now();
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (failed_ || !link_.connected()) {
+        // (Re)dial: the old reader has ended or ends now.
+        link_.shutdown();
+        failed_ = true;
+        lock.unlock();
+        if (reader_.joinable()) reader_.join();
+        auto dialed = dial_();
+        lock.lock();
+        link_.close();
+        in_flight_.clear();
+        std::fill(per_lane_.begin(), per_lane_.end(), 0);
+        if (!dialed.is_ok()) return dialed.error();
+        link_ = std::move(dialed).value();
+        failed_ = false;
+        reader_ = std::thread([this, l = &link_] { read_loop(l); });
+    }
+    cv_.wait(lock, [&] { return failed_ || static_cast<int32_t>(in_flight_.size()) < credit_window_; });
+    if (failed_) return make_error(error_code::unavailable, link_.peer_name() + ": the batch link failed");
+    in_flight f{step.step_id, {}};
+    for (const auto & e : step.entries) {
+        f.lanes.push_back(static_cast<int32_t>(e.session_id));
+        ++per_lane_[static_cast<size_t>(e.session_id)];
+    }
+    in_flight_.push_back(std::move(f));
+    lock.unlock();
+    // The reader only reads: writing without the lock lets acknowledgements in meanwhile.
+    status st = link_.send_step(step);
+    if (!st.is_ok()) {
+        lock.lock();
+        fail_locked(st, lock);
+        return st;
+    }
+    if (forward_us) *forward_us = measured_us_since(t0);
+    return status::ok();
+}
+
+void batch_link::wait_idle(int32_t lane) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return per_lane_[static_cast<size_t>(lane)] == 0; });
+}
+
+}  // namespace skippy::transport

@@ -1,5 +1,8 @@
 // skippy bench: prefill and decode throughput of a model (or a chain of stages),
-// with the machine's read bandwidth measured in the same run.
+// with the machine's read bandwidth measured in the same run. With --concurrency N,
+// N streams at once through N lanes (interleaved with single-stream rounds, so every
+// ratio compares figures of one run); with --fairness-prompt-tokens T, the inter-token
+// latency of the running streams while a T-token prompt is prefilled beside them.
 #include "base/log.h"
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -12,7 +15,12 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <atomic>
+#include <condition_variable>
+#include <functional>
 #include <map>
+#include <mutex>
+#include <thread>
 
 namespace skippy::cli {
 namespace {
@@ -24,10 +32,95 @@ struct bench_options {
     int32_t     gen_tokens = 128;
     int32_t     repeat = 3;
     int32_t     batch_size = 512;
-    int32_t     stages = 1;
+    chain_choice chain;
     std::string kv_type = "f16";
+    int32_t     concurrency = 1;
+    int32_t     fairness_prompt_tokens = 0;
+    int32_t     step_tokens = 0;  // 0: the scheduler's default
     bool        json = false;
 };
+
+using bench_clock = std::chrono::steady_clock;
+
+double seconds_between(bench_clock::time_point a, bench_clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+double percentile(std::vector<double> v, double q) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    const size_t i = static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
+    return v[std::min(i, v.size() - 1)];
+}
+
+std::vector<token_id> bench_prompt(int32_t n, uint32_t seed, int32_t n_vocab) {
+    std::vector<token_id> prompt(static_cast<size_t>(n));
+    uint32_t x = 2463534242u ^ (seed * 2654435761u);
+    for (auto & t : prompt) {
+        x ^= x << 13; x ^= x >> 17; x ^= x << 5;
+        t = static_cast<token_id>(x % static_cast<uint32_t>(n_vocab));
+    }
+    return prompt;
+}
+
+// One stream: when it started and when each of its tokens arrived.
+struct stream_run {
+    bench_clock::time_point              start;
+    std::vector<bench_clock::time_point> tokens;
+    double first_ms() const { return tokens.empty() ? 0 : 1000.0 * seconds_between(start, tokens.front()); }
+    double decode_tps() const {
+        return tokens.size() < 2 ? 0 : static_cast<double>(tokens.size() - 1) / seconds_between(tokens.front(), tokens.back());
+    }
+    std::vector<double> gaps_ms() const {
+        std::vector<double> g;
+        for (size_t i = 1; i < tokens.size(); ++i) g.push_back(1000.0 * seconds_between(tokens[i - 1], tokens[i]));
+        return g;
+    }
+};
+
+// Streams on lanes [0, prompts.size()) at once, each generating gen_tokens (or until
+// keep_going says stop). Greedy, so every run computes the same tokens.
+result<std::vector<stream_run>> run_streams(pipeline_i & p, const std::vector<std::vector<token_id>> & prompts, int32_t gen_tokens,
+                                            int32_t chunk, const std::function<bool(size_t)> & keep_going = {}) {
+    std::vector<stream_run> runs(prompts.size());
+    std::vector<status> errors(prompts.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        threads.emplace_back([&, i] {
+            generation_request req;
+            req.prompt = prompts[i];
+            req.max_tokens = gen_tokens;
+            req.prefill_chunk_tokens = chunk;
+            req.sampling.temperature = 0;
+            req.on_token = [&, i](token_id) {
+                runs[i].tokens.push_back(bench_clock::now());
+                return !keep_going || keep_going(i);
+            };
+            runs[i].start = bench_clock::now();
+            auto res = run_generation(p, static_cast<int32_t>(i), req);
+            if (!res.is_ok()) errors[i] = res.error();
+        });
+    }
+    for (auto & t : threads) t.join();
+    for (const auto & e : errors) SKIPPY_TRY(e);
+    return runs;
+}
+
+// Decode tokens per second of all streams together while every one of them decodes:
+// the tokens that arrived between the last stream's first token and the first
+// stream's last, over that time.
+double aggregate_decode_tps(const std::vector<stream_run> & runs) {
+    bench_clock::time_point from = bench_clock::time_point::min(), to = bench_clock::time_point::max();
+    for (const auto & r : runs) {
+        if (r.tokens.empty()) return 0;
+        from = std::max(from, r.tokens.front());
+        to = std::min(to, r.tokens.back());
+    }
+    if (!(from < to)) return 0;
+    int64_t n = 0;
+    for (const auto & r : runs) {
+        for (const auto & t : r.tokens) n += (t > from && t <= to) ? 1 : 0;
+    }
+    return static_cast<double>(n) / seconds_between(from, to);
+}
 
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -75,7 +168,10 @@ int64_t decode_weight_bytes(const gguf::file & f) {
     return total;
 }
 
+int run_concurrent(const bench_options & o);
+
 int run_bench(const bench_options & o) {
+    if (o.concurrency > 1 || o.fairness_prompt_tokens > 0) return run_concurrent(o);
     auto file = load_gguf(o.model_path);
     if (!file.is_ok()) return fail(file.error());
     const int32_t n_threads = resolve_threads(o.threads);
@@ -84,9 +180,7 @@ int run_bench(const bench_options & o) {
     rf.ctx_size = o.prompt_tokens + o.gen_tokens + 1;
     rf.kv_type = o.kv_type;
     rf.kv_cache = "off";  // repeats of one prompt must compute it every time
-    chain_choice chain;
-    chain.stages = o.stages;
-    auto made = make_pipeline(*file, chain, rf);
+    auto made = make_pipeline(*file, o.chain, rf);
     if (!made.is_ok()) return fail(made.error());
     pipeline_i & pipeline = **made;
 
@@ -140,7 +234,7 @@ int run_bench(const bench_options & o) {
     j["model"] = o.model_path;
     j["weight_type"] = weight_type_name(**file);
     j["threads"] = n_threads;
-    j["stages"] = o.stages;
+    j["stages"] = (*made)->n_stages();
     j["prompt_tokens"] = o.prompt_tokens;
     j["gen_tokens"] = o.gen_tokens;
     j["prefill_tokens_per_s"] = median(prefill_tps);
@@ -157,6 +251,146 @@ int run_bench(const bench_options & o) {
     return 0;
 }
 
+
+// --concurrency N: rounds of one stream, then N streams at once (interleaved, so that
+// the ratios compare figures of the same run); --fairness-prompt-tokens T: the
+// inter-token latency of N running streams while a T-token prompt is prefilled beside
+// them, against the same streams without it.
+int run_concurrent(const bench_options & o) {
+    auto file = load_gguf(o.model_path);
+    if (!file.is_ok()) return fail(file.error());
+    const int32_t n_threads = resolve_threads(o.threads);
+    const int32_t n = o.concurrency;
+    runtime_flags rf;
+    rf.threads = n_threads;
+    rf.ctx_size = std::max(o.prompt_tokens + o.gen_tokens, o.fairness_prompt_tokens + 1) + 1;
+    rf.lanes = n + (o.fairness_prompt_tokens > 0 ? 1 : 0);
+    rf.kv_type = o.kv_type;
+    rf.kv_cache = "off";
+    auto co = to_chain_options(rf);
+    if (!co.is_ok()) return fail(co.error());
+    if (o.step_tokens > 0) co->schedule.step_tokens = o.step_tokens;
+    auto made = make_pipeline(*file, o.chain, rf, *co);
+    if (!made.is_ok()) return fail(made.error());
+    transport::chain_pipeline & pipeline = **made;
+    const int32_t n_vocab = pipeline.n_vocab();
+
+    nlohmann::json j;
+    j["model"] = o.model_path;
+    j["weight_type"] = weight_type_name(**file);
+    j["threads"] = n_threads;
+    j["stages"] = pipeline.n_stages();
+    j["concurrency"] = n;
+    j["prompt_tokens"] = o.prompt_tokens;
+    j["gen_tokens"] = o.gen_tokens;
+    std::vector<double> single_tps, prefill_tps, ttft_ms, aggregate_tps, vs_single, vs_prefill;
+    nlohmann::json per_stream = nlohmann::json::array();
+    for (int32_t r = 0; r < o.repeat && n > 1; ++r) {
+        const auto one = run_streams(pipeline, {bench_prompt(o.prompt_tokens, 1000u + static_cast<uint32_t>(r), n_vocab)}, o.gen_tokens,
+                                     o.batch_size);
+        if (!one.is_ok()) return fail(one.error());
+        single_tps.push_back((*one)[0].decode_tps());
+        ttft_ms.push_back((*one)[0].first_ms());
+        prefill_tps.push_back(o.prompt_tokens / std::max(1e-9, (*one)[0].first_ms() / 1000.0));
+        std::vector<std::vector<token_id>> prompts;
+        for (int32_t i = 0; i < n; ++i) prompts.push_back(bench_prompt(o.prompt_tokens, 2000u + static_cast<uint32_t>(r * n + i), n_vocab));
+        const auto many = run_streams(pipeline, prompts, o.gen_tokens, o.batch_size);
+        if (!many.is_ok()) return fail(many.error());
+        aggregate_tps.push_back(aggregate_decode_tps(*many));
+        vs_single.push_back(aggregate_tps.back() / std::max(1e-9, single_tps.back()));
+        vs_prefill.push_back(aggregate_tps.back() / std::max(1e-9, prefill_tps.back()));
+        per_stream = nlohmann::json::array();
+        for (const auto & s : *many) {
+            per_stream.push_back({{"decode_tokens_per_s", s.decode_tps()},
+                                  {"ttft_ms", s.first_ms()},
+                                  {"itl_p50_ms", percentile(s.gaps_ms(), 0.5)},
+                                  {"itl_p99_ms", percentile(s.gaps_ms(), 0.99)}});
+        }
+        SKIPPY_LOG_INFO("round %d: single %.1f tok/s, prefill %.1f tok/s, %d streams %.1f tok/s", r + 1, single_tps.back(),
+                        prefill_tps.back(), n, aggregate_tps.back());
+    }
+    if (n > 1) {
+        j["single_decode_tokens_per_s"] = median(single_tps);
+        j["single_ttft_ms"] = median(ttft_ms);
+        j["prefill_tokens_per_s"] = median(prefill_tps);
+        j["aggregate_decode_tokens_per_s"] = median(aggregate_tps);
+        j["aggregate_over_single"] = median(vs_single);
+        j["aggregate_over_prefill"] = median(vs_prefill);
+        j["streams"] = per_stream;  // the last round's
+    }
+
+    if (o.fairness_prompt_tokens > 0) {
+        std::vector<std::vector<token_id>> prompts;
+        for (int32_t i = 0; i < n; ++i) prompts.push_back(bench_prompt(o.prompt_tokens, 3000u + static_cast<uint32_t>(i), n_vocab));
+        // Without the long prompt.
+        const auto quiet = run_streams(pipeline, prompts, o.gen_tokens, o.batch_size);
+        if (!quiet.is_ok()) return fail(quiet.error());
+        std::vector<double> quiet_gaps;
+        for (const auto & s : *quiet) {
+            const auto g = s.gaps_ms();
+            quiet_gaps.insert(quiet_gaps.end(), g.begin(), g.end());
+        }
+        // With it: once every stream has a few tokens, the long prompt arrives on the
+        // last lane; the streams run on until its first token is back.
+        std::atomic<int32_t> warm{0};
+        std::atomic<bool> long_done{false};
+        bench_clock::time_point long_start{}, long_first{};
+        std::mutex m;
+        std::condition_variable cv;
+        std::vector<int32_t> produced(static_cast<size_t>(n), 0);
+        std::thread long_prompt([&] {
+            std::unique_lock<std::mutex> lock(m);
+            cv.wait(lock, [&] { return warm.load() >= n; });
+            lock.unlock();
+            generation_request req;
+            req.prompt = bench_prompt(o.fairness_prompt_tokens, 4000u, n_vocab);
+            req.max_tokens = 1;
+            req.prefill_chunk_tokens = o.batch_size;
+            req.sampling.temperature = 0;
+            long_start = bench_clock::now();
+            auto res = run_generation(pipeline, n, req);
+            long_first = bench_clock::now();
+            long_done = true;
+            if (!res.is_ok()) SKIPPY_LOG_WARN("the long prompt failed: %s", res.error().to_string().c_str());
+        });
+        const int32_t stream_tokens = rf.ctx_size - o.prompt_tokens - 1;
+        const auto busy = run_streams(pipeline, prompts, stream_tokens, o.batch_size, [&](size_t i) {
+            if (++produced[i] == 4) {
+                {
+                    std::lock_guard<std::mutex> lock(m);
+                    ++warm;
+                }
+                cv.notify_all();
+            }
+            return !long_done.load();
+        });
+        {
+            std::lock_guard<std::mutex> lock(m);
+            warm = n;  // a stream that ended early must not leave the long prompt waiting
+        }
+        cv.notify_all();
+        long_prompt.join();
+        if (!busy.is_ok()) return fail(busy.error());
+        std::vector<double> busy_gaps;
+        for (const auto & s : *busy) {
+            for (size_t i = 1; i < s.tokens.size(); ++i) {
+                if (s.tokens[i] > long_start && s.tokens[i - 1] < long_first) busy_gaps.push_back(1000.0 * seconds_between(s.tokens[i - 1], s.tokens[i]));
+            }
+        }
+        const double median_quiet = percentile(quiet_gaps, 0.5);
+        const double p99_busy = percentile(busy_gaps, 0.99);
+        j["fairness"] = {{"long_prompt_tokens", o.fairness_prompt_tokens},
+                         {"long_prompt_ms", 1000.0 * seconds_between(long_start, long_first)},
+                         {"itl_median_ms_without", median_quiet},
+                         {"itl_median_ms_during", percentile(busy_gaps, 0.5)},
+                         {"itl_p99_ms_during", p99_busy},
+                         {"itl_samples_during", busy_gaps.size()},
+                         {"p99_during_over_median_without", p99_busy / std::max(1e-9, median_quiet)}};
+    }
+    std::printf("%s\n", o.json ? j.dump().c_str() : j.dump(2).c_str());
+    return 0;
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App & app, command_runner & run) {
@@ -168,7 +402,14 @@ void add_bench_command(CLI::App & app, command_runner & run) {
     add_number(cmd, "--gen-tokens", o->gen_tokens, "Tokens to decode", 0, 1 << 20)->capture_default_str();
     add_number(cmd, "--repeat", o->repeat, "Repetitions (medians are reported)", 1, 1000)->capture_default_str();
     add_number(cmd, "-b,--batch-size", o->batch_size, "Prompt tokens per prefill chunk", 1, 1 << 16)->capture_default_str();
-    add_number(cmd, "--stages", o->stages, "Stages in the chain", 1, 64)->capture_default_str();
+    add_chain_flags(cmd, o->chain);
+    add_number(cmd, "--concurrency", o->concurrency, "Streams at once (one lane each), rounds interleaved with single streams", 1, 1024)
+        ->capture_default_str();
+    add_number(cmd, "--fairness-prompt-tokens", o->fairness_prompt_tokens,
+               "Also measure the streams' inter-token latency while a prompt of this many tokens is prefilled (0: off)", 0, 1 << 20)
+        ->capture_default_str();
+    add_number(cmd, "--step-tokens", o->step_tokens, "Tokens per scheduler step while lanes decode (0: the default)", 0, 1 << 20)
+        ->capture_default_str();
     cmd->add_option("--kv-type", o->kv_type, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
     cmd->add_flag("--json", o->json, "Print one JSON object on one line");
     cmd->callback([&run, o] { run = [o] { return run_bench(*o); }; });

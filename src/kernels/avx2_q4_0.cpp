@@ -15,13 +15,6 @@ namespace {
 constexpr size_t wbb = q4_0_block_bytes;
 constexpr size_t xbb = q8_0_block_bytes;
 
-// The 32 codes of a block in value order: low nibbles (values 0-15), then high.
-inline __m256i unpack_nibbles(const uint8_t * qs) {
-    const __m128i q = loadu_128(qs);
-    const __m128i mask = _mm_set1_epi8(0x0f);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), mask), _mm_and_si128(q, mask));
-}
-
 // 8 int32 partial sums of q_w * q_x over a block; pair sums stay within 2 * 15 * 128.
 inline __m256i block_dot_unsigned(__m256i w, __m256i x) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
@@ -56,7 +49,7 @@ struct q4_0_kernel {
                           __m256 acc) {
         for (int64_t b = b0; b < b1; ++b) {
             const uint8_t * wb = w + b * wbb;
-            const __m256i wq = unpack_nibbles(wb + 2);
+            const __m256i wq = unpack_nibbles_32(wb + 2);
             __m256i v[8];
             #pragma GCC unroll 8
             for (int i = 0; i < 8; ++i) v[i] = block_dot_unsigned(wq, loadu_256(x[i] + b * xbb + 2));
@@ -78,7 +71,7 @@ struct q4_0_kernel {
             #pragma GCC unroll 8
             for (int i = 0; i < 8; ++i) {
                 wb[i] = w[i] + b * wbb;
-                v[i] = block_dot_unsigned(unpack_nibbles(wb[i] + 2), xq);
+                v[i] = block_dot_unsigned(unpack_nibbles_32(wb[i] + 2), xq);
             }
             const __m256i sumi = _mm256_sub_epi32(reduce8(v), _mm256_set1_epi32(offset_sum(xq)));
             const __m256 d = _mm256_mul_ps(gather_f16(wb), _mm256_set1_ps(f16_at(x + b * xbb)));
@@ -96,7 +89,7 @@ float vec_dot_q4_0_q8_0(const uint8_t * w_row, const uint8_t * x_row, int64_t n)
         const uint8_t * w = w_row + ib * wbb;
         const uint8_t * x = x_row + ib * xbb;
         const __m256i xq = loadu_256(x + 2);
-        const int32_t sumi = hsum_i32(block_dot_unsigned(unpack_nibbles(w + 2), xq)) - offset_sum(xq);
+        const int32_t sumi = hsum_i32(block_dot_unsigned(unpack_nibbles_32(w + 2), xq)) - offset_sum(xq);
         const float d = f16_at(w) * f16_at(x);
         sum += static_cast<float>(sumi) * d;
     }

@@ -1,5 +1,6 @@
 // Q4_0: blocks of 32 4-bit values (offset 8) with one f16 scale (layout in blocks.h).
 #include "kernels/blocks.h"
+#include "kernels/quants_common.h"
 #include "kernels/quants_scalar.h"
 
 #include "base/byte_io.h"
@@ -39,16 +40,10 @@ void from_float_q4_0(const float * src, uint8_t * dst, int64_t n) {
         const float d = max / -8.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         store_u16_le(b, f32_to_f16(d));
-        auto encode = [id](float v) -> uint8_t {
-            const float shifted = v * id + 8.5f;
-            // In [0.5, 16.5] for finite input; the clamp also absorbs inf/nan.
-            if (!(shifted >= 0.0f)) return 0;
-            if (shifted >= 15.0f) return 15;
-            return static_cast<uint8_t>(shifted);
-        };
-        for (int64_t j = 0; j < qk_0 / 2; ++j) {
-            b[2 + j] = static_cast<uint8_t>(encode(x[j]) | (encode(x[j + qk_0 / 2]) << 4));
-        }
+        uint8_t q[32];
+        // In [0.5, 16.5] for finite input (truncated); the clamp also absorbs inf/nan.
+        for (int j = 0; j < 32; ++j) q[j] = truncate_code(x[j] * id + 8.5f, 15);
+        pack_nibbles_32(q, b + 2);
     }
 }
 

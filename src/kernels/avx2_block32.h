@@ -1,15 +1,15 @@
 // AVX2 products of 32-value weight blocks with Q8_0 activations, for the formats whose
 // reference is "per block, sumi = exact sum of value_w * q_x; sum += sumi * (d_w * d_x)"
-// (Q5_0, IQ4_NL, MXFP4; internal to kernels, AVX2 files only, see avx2_util.h).
+// (Q8_0, Q5_0, IQ4_NL, MXFP4; internal to kernels, AVX2 files only, see avx2_util.h).
 //
 // A format W provides:
 //   block_bytes
-//   __m256i values(const uint8_t * wb)   the 32 signed values of a block in value order,
-//                                        |value| <= 127
+//   __m256i values(const uint8_t * wb)   the 32 signed values of a block in value order
+//                                        (-128 taken as 128)
 //   float scale(const uint8_t * wb)      d_w, exactly as the scalar reference reads it
 //   __m256 scales8(const uint8_t * const wb[8])   the scales of eight blocks
 // The integer sum comes from maddubs(|w|, x with w's sign) and madd, exact because
-// |w| <= 127 and the Q8_0 activation codes are in [-127, 127] (quants_avx2.h); the
+// |w| <= 128 and the Q8_0 activation codes are in [-127, 127] (quants_avx2.h); the
 // float step runs one output per lane (avx2_util.h), so results equal the reference's.
 #pragma once
 

@@ -14,21 +14,22 @@ struct iq4_xs_format {
     static constexpr bool has_min = false, has_bias = false, is_signed = true;
     static constexpr int n_groups = 4, per_group = 2;
     struct scales {
-        __m128i sc;  // 8 signed scales ls_j - 32 (bytes)
+        __m256i units;  // the signed scales ls_j - 32 as scale_units_of_8
     };
-    // ls_j = nibble j of scales_l | ((scales_h >> 2j) & 3) << 4 (blocks.h).
+    // ls_j = nibble j of scales_l | ((scales_h >> 2j) & 3) << 4 (blocks.h), one 32-bit
+    // lane per j, then each lane's ls_j - 32 as an int16 pair (scale_units_of_8's form).
     static scales load_scales(const uint8_t * wb) {
         uint32_t l;
         uint16_t h;
         std::memcpy(&l, wb + iq4_xs_off_scales_l, 4);
         std::memcpy(&h, wb + iq4_xs_off_scales_h, 2);
-        uint64_t bytes = 0;
-        #pragma GCC unroll 8
-        for (int j = 0; j < 8; ++j) {
-            const uint64_t ls = ((l >> (4 * j)) & 0x0fu) | (((static_cast<uint32_t>(h) >> (2 * j)) & 3u) << 4);
-            bytes |= ((ls - 32) & 0xffu) << (8 * j);
-        }
-        return {_mm_cvtsi64_si128(static_cast<int64_t>(bytes))};
+        const __m256i low = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int32_t>(l)),
+                                                               _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                                             _mm256_set1_epi32(0x0f));
+        const __m256i high = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(h), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                                              _mm256_set1_epi32(3));
+        const __m256i sc = _mm256_sub_epi32(_mm256_or_si256(low, _mm256_slli_epi32(high, 4)), _mm256_set1_epi32(32));
+        return {_mm256_or_si256(_mm256_and_si256(sc, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(sc, 16))};
     }
     // Group g: sub-blocks 2g and 2g + 1, 16 bytes each (low nibbles, then high nibbles).
     static void group(const uint8_t * wb, int g, __m256i * q) {
@@ -39,7 +40,7 @@ struct iq4_xs_format {
         q[0] = lookup16(k_iq4nl_values, _mm256_permute2x128_si256(lo, hi, 0x20));
         q[1] = lookup16(k_iq4nl_values, _mm256_permute2x128_si256(lo, hi, 0x31));
     }
-    static __m256i scale_vec(const scales & s, int v) { return scales_of_32(s.sc, v); }
+    static __m256i scale_vec(const scales & s, int v) { return scales_of_32(s.units, v); }
     static __m256i bias(const scales &) { return _mm256_setzero_si256(); }
     static __m256i mins(const scales &) { return _mm256_setzero_si256(); }
 };

@@ -16,12 +16,15 @@ struct mxfp4_format {
         std::memcpy(&d, &bits, 4);
         return d;
     }
+    // mxfp4_scale_bits on eight exponents at once: 0x00200000 << e below 2, else
+    // (e - 1) << 23.
     static __m256 scales8(const uint8_t * const wb[8]) {
-        return _mm256_castsi256_ps(_mm256_setr_epi32(
-            static_cast<int32_t>(mxfp4_scale_bits(wb[0][mxfp4_off_e])), static_cast<int32_t>(mxfp4_scale_bits(wb[1][mxfp4_off_e])),
-            static_cast<int32_t>(mxfp4_scale_bits(wb[2][mxfp4_off_e])), static_cast<int32_t>(mxfp4_scale_bits(wb[3][mxfp4_off_e])),
-            static_cast<int32_t>(mxfp4_scale_bits(wb[4][mxfp4_off_e])), static_cast<int32_t>(mxfp4_scale_bits(wb[5][mxfp4_off_e])),
-            static_cast<int32_t>(mxfp4_scale_bits(wb[6][mxfp4_off_e])), static_cast<int32_t>(mxfp4_scale_bits(wb[7][mxfp4_off_e]))));
+        const __m256i e = _mm256_setr_epi32(wb[0][mxfp4_off_e], wb[1][mxfp4_off_e], wb[2][mxfp4_off_e], wb[3][mxfp4_off_e],
+                                            wb[4][mxfp4_off_e], wb[5][mxfp4_off_e], wb[6][mxfp4_off_e], wb[7][mxfp4_off_e]);
+        const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+        const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+        const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+        return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, small));
     }
 };
 

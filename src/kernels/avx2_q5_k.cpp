@@ -12,25 +12,8 @@ struct q5_k_format {
     static constexpr size_t off_dmin = q5_k_off_dmin;
     static constexpr bool has_min = true, has_bias = false, is_signed = false;
     static constexpr int n_groups = 4, per_group = 2;
-    struct scales {
-        __m128i sc;  // 8 scales (bytes)
-        __m256i m;   // mins duplicated pairwise (m0, m0, m1, m1, ...), as bsums cover 16 values
-    };
-    // The Q4_K packing (blocks.h), four bytes at a time.
-    static scales load_scales(const uint8_t * wb) {
-        const uint8_t * s = wb + q5_k_off_scales;
-        uint32_t u0, u1, u2;
-        std::memcpy(&u0, s, 4);
-        std::memcpy(&u1, s + 4, 4);
-        std::memcpy(&u2, s + 8, 4);
-        const uint32_t sc_lo = u0 & 0x3f3f3f3fu;
-        const uint32_t m_lo = u1 & 0x3f3f3f3fu;
-        const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
-        const uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
-        const __m128i sc8 = _mm_cvtsi64_si128(static_cast<int64_t>(sc_lo | static_cast<uint64_t>(sc_hi) << 32));
-        const __m128i m8 = _mm_cvtsi64_si128(static_cast<int64_t>(m_lo | static_cast<uint64_t>(m_hi) << 32));
-        return {sc8, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8))};
-    }
+    using scales = k4_scales;
+    static scales load_scales(const uint8_t * wb) { return unpack_scales_k4(wb + q5_k_off_scales); }
     // Group g: values 64g + l (low nibbles of qs[32g + l], bit 2g of qh[l]) and
     // 64g + 32 + l (high nibbles, bit 2g + 1). 16-bit shifts move bits across bytes;
     // the masks drop what crossed.
@@ -41,7 +24,7 @@ struct q5_k_format {
         q[0] = _mm256_or_si256(_mm256_and_si256(qs, low4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), bit4));
         q[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs, 4), low4), _mm256_and_si256(_mm256_slli_epi16(qh, 3), bit4));
     }
-    static __m256i scale_vec(const scales & s, int v) { return scales_of_32(s.sc, v); }
+    static __m256i scale_vec(const scales & s, int v) { return scales_of_32(s.sc_units, v); }
     static __m256i mins(const scales & s) { return s.m; }
     static __m256i bias(const scales &) { return _mm256_setzero_si256(); }
 };

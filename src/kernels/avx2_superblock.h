@@ -3,13 +3,14 @@
 //   isum = sum_j sc_j * sum(v * q_x over sub-block j)          exactly in int32
 //   imin = sum_j m_j * (sum of q_x over sub-block j, bsums)    (formats with mins)
 //   sum += (d_w * d_x) * isum [- (dmin_w * d_x) * imin]        in super-block order
-// (Q2_K, Q3_K, Q5_K, IQ4_XS; internal to kernels, AVX2 files only, see avx2_util.h).
+// (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS; internal to kernels, AVX2 files only, see
+// avx2_util.h).
 //
 // A format W provides:
 //   block_bytes, off_d, off_dmin (formats with mins)
 //   has_min     the float step subtracts (dmin_w * d_x) * imin
 //   has_bias    isum starts from madd(bsums, bias): the part of a constant offset of
-//               the codes (Q3_K's values are codes 0..7 minus 4)
+//               the codes (Q3_K's values are codes 0..7 minus 4, Q6_K's 0..63 minus 32)
 //   is_signed   values are signed (taken |w| times x with w's sign; |w| <= 127, and
 //               Q8_K codes are never -128); otherwise unsigned codes, |code * x| pairs
 //               within int16
@@ -39,16 +40,39 @@ inline __m256i pair_sums(__m256i q, __m256i x) {
     }
 }
 
-// 16 int16 sub-block scales for the pair sums of value vector v: for sub-blocks of 16
-// values, lanes 0-7 take byte 2v of s and lanes 8-15 byte 2v + 1; for sub-blocks of 32,
-// every lane takes byte v. Bytes are int8.
+// 16 int16 sub-block scales for the pair sums of value vector v when sub-blocks hold
+// 16 values: lanes 0-7 take byte 2v of s (16 int8 scales), lanes 8-15 byte 2v + 1.
 inline __m256i scales_of_16(__m128i s, int v) {
     const __m128i pick = _mm_or_si128(_mm_set1_epi8(static_cast<char>(2 * v)),
                                       _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
     return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(s, pick));
 }
-inline __m256i scales_of_32(__m128i s, int v) {
-    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(s, _mm_set1_epi8(static_cast<char>(v))));
+
+// For sub-blocks of 32 values: 8 int8 scales (the low bytes of s) as 32-bit units
+// (sc_j, sc_j) of int16, so unit v broadcast is vector v's multiplier.
+inline __m256i scale_units_of_8(__m128i s) { return _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s, s)); }
+inline __m256i scales_of_32(__m256i units, int v) { return _mm256_permutevar8x32_epi32(units, _mm256_set1_epi32(v)); }
+
+// The eight 6-bit scales and mins of a Q4_K / Q5_K super-block (blocks.h), four bytes
+// at a time: the scales as scale_units_of_8, the mins duplicated pairwise as 16 int16
+// (m0, m0, m1, m1, ...) since bsums cover 16 values.
+struct k4_scales {
+    __m256i sc_units;
+    __m256i m;
+};
+
+inline k4_scales unpack_scales_k4(const uint8_t * s) {
+    uint32_t u0, u1, u2;
+    std::memcpy(&u0, s, 4);
+    std::memcpy(&u1, s + 4, 4);
+    std::memcpy(&u2, s + 8, 4);
+    const uint32_t sc_lo = u0 & 0x3f3f3f3fu;
+    const uint32_t m_lo = u1 & 0x3f3f3f3fu;
+    const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
+    const uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
+    const __m128i sc8 = _mm_cvtsi64_si128(static_cast<int64_t>(sc_lo | static_cast<uint64_t>(sc_hi) << 32));
+    const __m128i m8 = _mm_cvtsi64_si128(static_cast<int64_t>(m_lo | static_cast<uint64_t>(m_hi) << 32));
+    return {scale_units_of_8(sc8), _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8))};
 }
 
 template <typename W>

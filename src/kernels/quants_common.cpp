@@ -74,14 +74,7 @@ void encode_signed_scale(const float * x, const signed_scale_format & f, signed_
     float scale[16];
     float max_scale = 0.0f, max_abs_scale = 0.0f;
     for (int j = 0; j < f.n_sub; ++j) {
-        float amax = 0.0f, vmax = 0.0f;
-        for (int l = 0; l < sub_len; ++l) {
-            if (std::fabs(x[sub_len * j + l]) > amax) {
-                amax = std::fabs(x[sub_len * j + l]);
-                vmax = x[sub_len * j + l];
-            }
-        }
-        scale[j] = vmax / level0;
+        scale[j] = max_by_magnitude(x + sub_len * j, sub_len) / level0;
         if (std::fabs(scale[j]) > max_abs_scale) {
             max_abs_scale = std::fabs(scale[j]);
             max_scale = scale[j];

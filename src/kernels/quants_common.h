@@ -8,6 +8,7 @@
 #include "base/byte_io.h"
 #include "base/fp16.h"
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -89,6 +90,47 @@ inline void pack_crumbs_k(const uint8_t * q, uint8_t * qs) {
     for (int i = 0; i < 256; ++i) qs[32 * (i / 128) + i % 32] |= static_cast<uint8_t>((q[i] & 3) << (2 * ((i % 128) / 32)));
 }
 
+// Exact sums of products of n codes (unsigned, or signed values) with int8 activations.
+inline int32_t dot_codes(const uint8_t * q, const uint8_t * x, int n) {
+    int32_t s = 0;
+    for (int i = 0; i < n; ++i) s += q[i] * static_cast<int8_t>(x[i]);
+    return s;
+}
+inline int32_t dot_values(const int8_t * v, const uint8_t * x, int n) {
+    int32_t s = 0;
+    for (int i = 0; i < n; ++i) s += v[i] * static_cast<int8_t>(x[i]);
+    return s;
+}
+
+// The value of largest magnitude among x[0, n) (the first of equal magnitudes; NaNs
+// never win); 0 when all are zero.
+inline float max_by_magnitude(const float * x, int64_t n) {
+    float amax = 0.0f, max = 0.0f;
+    for (int64_t j = 0; j < n; ++j) {
+        if (std::fabs(x[j]) > amax) {
+            amax = std::fabs(x[j]);
+            max = x[j];
+        }
+    }
+    return max;
+}
+
+// The dot product of a row of 32-value weight blocks with a Q8_0 activation row: per
+// block, sumi = the exact int32 sum of value_w * q_x, then sum += sumi * (d_w * d_x) in
+// block order. decode(wb, v) writes the block's 32 values in order and returns d_w.
+template <typename Decode>
+float dot_blocks_q8_0(const uint8_t * w_row, size_t w_block_bytes, const uint8_t * x_row, int64_t n, Decode decode) {
+    float sum = 0.0f;
+    for (int64_t ib = 0; ib < n / 32; ++ib) {
+        const uint8_t * xb = x_row + ib * q8_0_block_bytes;
+        int8_t v[32];
+        const float dw = decode(w_row + ib * static_cast<int64_t>(w_block_bytes), v);
+        const float d = dw * f16_to_f32(load_u16_le(xb));
+        sum += static_cast<float>(dot_values(v, xb + 2, 32)) * d;
+    }
+    return sum;
+}
+
 // The 6-bit scale and min of sub-block j (< 8) from the 12 packed bytes of Q4_K/Q5_K:
 //   j < 4:  sc = s[j] & 63,                       m = s[j + 4] & 63
 //   j >= 4: sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4,
@@ -126,18 +168,6 @@ inline int32_t q8_k_sub_sum(const uint8_t * xb, int j, int sub_len) {
     for (int g = j * sub_len / 16; g < (j + 1) * sub_len / 16; ++g) {
         s += static_cast<int16_t>(load_u16_le(xb + q8_k_off_bsums + 2 * g));
     }
-    return s;
-}
-
-// Exact sums of products of n codes (unsigned, or signed values) with int8 activations.
-inline int32_t dot_codes(const uint8_t * q, const uint8_t * x, int n) {
-    int32_t s = 0;
-    for (int i = 0; i < n; ++i) s += q[i] * static_cast<int8_t>(x[i]);
-    return s;
-}
-inline int32_t dot_values(const int8_t * v, const uint8_t * x, int n) {
-    int32_t s = 0;
-    for (int i = 0; i < n; ++i) s += v[i] * static_cast<int8_t>(x[i]);
     return s;
 }
 

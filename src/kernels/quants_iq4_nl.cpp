@@ -31,15 +31,8 @@ void from_float_iq4_nl(const float * src, uint8_t * dst, int64_t n) {
     for (int64_t ib = 0; ib < n / qk_0; ++ib) {
         const float * x = src + ib * qk_0;
         uint8_t * b = dst + ib * iq4_nl_block_bytes;
-        float amax = 0.0f, vmax = 0.0f;
-        for (int j = 0; j < 32; ++j) {
-            if (std::fabs(x[j]) > amax) {
-                amax = std::fabs(x[j]);
-                vmax = x[j];
-            }
-        }
         uint8_t q[32];
-        float d = vmax / static_cast<float>(k_iq4nl_values[0]);
+        float d = max_by_magnitude(x, 32) / static_cast<float>(k_iq4nl_values[0]);
         if (d != 0.0f && std::isfinite(d)) {
             float sum_xl = 0.0f, sum_ll = 0.0f;
             for (int j = 0; j < 32; ++j) {
@@ -60,20 +53,14 @@ void from_float_iq4_nl(const float * src, uint8_t * dst, int64_t n) {
     }
 }
 
-// Per block: exact int32 sum of level(q_w) * q_x, then sum += sumi * (d_w * d_x).
+// dot_blocks_q8_0 (quants_common.h) with the table's values.
 float vec_dot_iq4_nl_q8_0(const uint8_t * w_row, const uint8_t * x_row, int64_t n) {
-    float sum = 0.0f;
-    for (int64_t ib = 0; ib < n / qk_0; ++ib) {
-        const uint8_t * w = w_row + ib * iq4_nl_block_bytes;
-        const uint8_t * x = x_row + ib * q8_0_block_bytes;
+    return dot_blocks_q8_0(w_row, iq4_nl_block_bytes, x_row, n, [](const uint8_t * w, int8_t * v) {
         uint8_t q[32];
         unpack_nibbles_32(w + iq4_nl_off_qs, q);
-        int32_t sumi = 0;
-        for (int j = 0; j < 32; ++j) sumi += k_iq4nl_values[q[j]] * static_cast<int8_t>(x[2 + j]);
-        const float d = f16_to_f32(load_u16_le(w + iq4_nl_off_d)) * f16_to_f32(load_u16_le(x));
-        sum += static_cast<float>(sumi) * d;
-    }
-    return sum;
+        for (int j = 0; j < 32; ++j) v[j] = k_iq4nl_values[q[j]];
+        return f16_to_f32(load_u16_le(w + iq4_nl_off_d));
+    });
 }
 
 }  // namespace skippy::kernels::scalar

@@ -4,7 +4,6 @@
 #include "kernels/quants_scalar.h"
 #include "kernels/value_tables.h"
 
-#include "base/byte_io.h"
 #include "base/fp16.h"
 
 #include <algorithm>
@@ -62,21 +61,14 @@ void from_float_mxfp4(const float * src, uint8_t * dst, int64_t n) {
     }
 }
 
-// Per block: exact int32 sum of value(q_w) * q_x (doubled E2M1 values), then
-// sum += sumi * (d_w * d_x) with d_w = 2^(e - 128).
+// dot_blocks_q8_0 (quants_common.h) with the doubled E2M1 values and d_w = 2^(e - 128).
 float vec_dot_mxfp4_q8_0(const uint8_t * w_row, const uint8_t * x_row, int64_t n) {
-    float sum = 0.0f;
-    for (int64_t ib = 0; ib < n / qk_0; ++ib) {
-        const uint8_t * w = w_row + ib * mxfp4_block_bytes;
-        const uint8_t * x = x_row + ib * q8_0_block_bytes;
+    return dot_blocks_q8_0(w_row, mxfp4_block_bytes, x_row, n, [](const uint8_t * w, int8_t * v) {
         uint8_t q[32];
         unpack_nibbles_32(w + mxfp4_off_qs, q);
-        int32_t sumi = 0;
-        for (int j = 0; j < 32; ++j) sumi += k_mxfp4_values[q[j]] * static_cast<int8_t>(x[2 + j]);
-        const float d = block_scale(w[mxfp4_off_e]) * f16_to_f32(load_u16_le(x));
-        sum += static_cast<float>(sumi) * d;
-    }
-    return sum;
+        for (int j = 0; j < 32; ++j) v[j] = k_mxfp4_values[q[j]];
+        return block_scale(w[mxfp4_off_e]);
+    });
 }
 
 }  // namespace skippy::kernels::scalar

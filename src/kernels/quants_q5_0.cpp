@@ -6,8 +6,6 @@
 #include "base/byte_io.h"
 #include "base/fp16.h"
 
-#include <cmath>
-#include <cstring>
 
 namespace skippy::kernels::scalar {
 
@@ -27,15 +25,7 @@ void from_float_q5_0(const float * src, uint8_t * dst, int64_t n) {
     for (int64_t ib = 0; ib < n / qk_0; ++ib) {
         const float * x = src + ib * qk_0;
         uint8_t * b = dst + ib * q5_0_block_bytes;
-        float amax = 0.0f;
-        float max = 0.0f;
-        for (int64_t j = 0; j < qk_0; ++j) {
-            if (std::fabs(x[j]) > amax) {
-                amax = std::fabs(x[j]);
-                max = x[j];
-            }
-        }
-        const float d = max / -16.0f;
+        const float d = max_by_magnitude(x, qk_0) / -16.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         store_u16_le(b + q5_0_off_d, f32_to_f16(d));
         uint8_t q[32];
@@ -45,20 +35,14 @@ void from_float_q5_0(const float * src, uint8_t * dst, int64_t n) {
     }
 }
 
-// Per block: exact int32 sum of (q_w - 16) * q_x, then sum += sumi * (d_w * d_x).
+// dot_blocks_q8_0 (quants_common.h) with the values q_w - 16.
 float vec_dot_q5_0_q8_0(const uint8_t * w_row, const uint8_t * x_row, int64_t n) {
-    float sum = 0.0f;
-    for (int64_t ib = 0; ib < n / qk_0; ++ib) {
-        const uint8_t * w = w_row + ib * q5_0_block_bytes;
-        const uint8_t * x = x_row + ib * q8_0_block_bytes;
+    return dot_blocks_q8_0(w_row, q5_0_block_bytes, x_row, n, [](const uint8_t * w, int8_t * v) {
         uint8_t q[32];
         unpack_q5_codes(w + q5_0_off_qh, w + q5_0_off_qs, q);
-        int32_t sumi = 0;
-        for (int j = 0; j < 32; ++j) sumi += (q[j] - 16) * static_cast<int8_t>(x[2 + j]);
-        const float d = f16_to_f32(load_u16_le(w + q5_0_off_d)) * f16_to_f32(load_u16_le(x));
-        sum += static_cast<float>(sumi) * d;
-    }
-    return sum;
+        for (int j = 0; j < 32; ++j) v[j] = static_cast<int8_t>(q[j] - 16);
+        return f16_to_f32(load_u16_le(w + q5_0_off_d));
+    });
 }
 
 }  // namespace skippy::kernels::scalar

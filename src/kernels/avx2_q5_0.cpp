@@ -1,4 +1,5 @@
-// Q5_0 x Q8_0 products with AVX2 (avx2_block32.h): values (nibble | fifth bit) - 16.
+// Q5_0 x Q8_0 products with AVX2 (avx2_block32.h's offset kernel): values are the
+// codes (nibble | fifth bit) minus 16.
 #include "kernels/avx2_block32.h"
 #include "kernels/quants_avx2.h"
 
@@ -7,15 +8,15 @@ namespace {
 
 struct q5_0_format {
     static constexpr size_t block_bytes = q5_0_block_bytes;
-    static __m256i values(const uint8_t * wb) {
-        const __m256i codes = _mm256_or_si256(unpack_nibbles_32(wb + q5_0_off_qs), q5_high_bits(wb + q5_0_off_qh));
-        return _mm256_sub_epi8(codes, _mm256_set1_epi8(16));
+    static constexpr int32_t offset = 16;
+    static __m256i codes(const uint8_t * wb) {
+        return _mm256_or_si256(unpack_nibbles_32(wb + q5_0_off_qs), q5_high_bits(wb + q5_0_off_qh));
     }
     static float scale(const uint8_t * wb) { return f16_at(wb + q5_0_off_d); }
     static __m256 scales8(const uint8_t * const wb[8]) { return gather_f16(wb); }  // d is at offset 0
 };
 
-using kernel = block32_kernel<q5_0_format>;
+using kernel = offset_block32_kernel<q5_0_format>;
 
 }  // namespace
 

@@ -76,7 +76,8 @@ INSTANTIATE_TEST_SUITE_P(shared, golden_logits,
                          ::testing::Values("stories260K", "synth-llama-f32", "synth-llama-F16", "synth-llama-BF16",
                                            "synth-llama-Q8_0", "synth-llama-Q4_0", "synth-llama-Q4_K-pure",
                                            "synth-llama-Q4_K_M", "synth-llama-Q6_K", "synth-qwen2-f32",
-                                           "synth-qwen2-Q8_0", "synth-qwen2-Q4_K_M"),
+                                           "synth-qwen2-Q8_0", "synth-qwen2-Q4_K_M",
+                                           "synth-llama-Q5_0", "synth-llama-Q5_1", "synth-llama-Q5_K_M", "synth-llama-Q3_K_M", "synth-llama-Q2_K", "synth-llama-IQ4_NL", "synth-llama-IQ4_XS"),
                          [](const auto & info) {
                              std::string s = info.param;
                              for (char & ch : s) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <limits>
+#include <span>
 
 namespace skippy::tokenizer_detail {
 
@@ -128,9 +129,28 @@ std::string render_piece(tokenizer_model model, const std::string & text, token_
 // forces them to control). A subset of its list: the entries for widely used chat
 // formats, without the model-specific exceptions it then needs.
 constexpr std::string_view k_eog_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-    "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>", "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>",
+    "<end_of_utterance>",
 };
+
+// Special ids llama.cpp finds by text when the file has no key for them: the first text
+// of each list that is a token (llama.cpp takes whichever its hash map yields first).
+// They too become control tokens. End of turn and end of message are end of
+// generation; so are the FIM pad, repository and file-separator tokens, which a code
+// model writes when it has finished a fill-in.
+constexpr std::string_view k_eot_texts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
+    "<EOT>", "_<EOT>", "<end_of_utterance>",
+};
+constexpr std::string_view k_eom_texts[] = {"<|eom_id|>"};
+constexpr std::string_view k_fim_pad_texts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>"};
+constexpr std::string_view k_fim_rep_texts[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"};
+constexpr std::string_view k_fim_sep_texts[] = {"<|file_sep|>"};
+
+// The harmony format (gpt-oss) writes these inside an assistant's answer; llama.cpp
+// makes them user-defined so they are always matched and always rendered.
+constexpr std::string_view k_harmony_texts[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"};
 
 status load_tokens(const gguf::file & file, vocab & v) {
     const std::vector<gguf::value> * tokens = nullptr;
@@ -200,10 +220,36 @@ status load_merges(const gguf::file & file, vocab & v) {
     return status::ok();
 }
 
+// A special id that is absent from the file and found by text instead: the first of
+// `texts` that is a token, now a control token. -1 when none is.
+token_id detect_by_text(vocab & v, std::span<const std::string_view> texts) {
+    for (std::string_view text : texts) {
+        const token_id id = v.find(text);
+        if (id < 0) continue;
+        v.kinds[id] = token_kind::control;
+        return id;
+    }
+    return -1;
+}
+
+// Special ids skippy does not use but validates, so a hostile id is refused at load
+// like the ones it does use (llama.cpp reads them all).
+constexpr std::string_view k_other_id_keys[] = {
+    "tokenizer.ggml.seperator_token_id",  // sic: the GGUF key is spelled so
+    "tokenizer.ggml.padding_token_id",  "tokenizer.ggml.mask_token_id",     "tokenizer.ggml.cls_token_id",
+    "tokenizer.ggml.fim_pre_token_id",  "tokenizer.ggml.fim_suf_token_id",  "tokenizer.ggml.fim_mid_token_id",
+    "tokenizer.ggml.prefix_token_id",   "tokenizer.ggml.suffix_token_id",   "tokenizer.ggml.middle_token_id",
+};
+
 status load_special_ids(const gguf::file & file, vocab & v, bool model_add_bos) {
     const int32_t n = v.n_vocab();
-    token_id eot = -1;
-    token_id eom = -1;
+    // k_absent: no key, so found by text below; a key that says "none" (-1) stays none.
+    constexpr token_id k_absent = -2;
+    token_id eot = k_absent;
+    token_id eom = k_absent;
+    token_id fim_pad = k_absent;
+    token_id fim_rep = k_absent;
+    token_id fim_sep = k_absent;
     if (v.model == tokenizer_model::spm) {
         // llama.cpp's SentencePiece defaults, used when the keys are absent.
         v.bos = n > 1 ? 1 : -1;
@@ -215,6 +261,18 @@ status load_special_ids(const gguf::file & file, vocab & v, bool model_add_bos) 
     SKIPPY_TRY(read_token_id(file, "tokenizer.ggml.unknown_token_id", n, v.unk));
     SKIPPY_TRY(read_token_id(file, "tokenizer.ggml.eot_token_id", n, eot));
     SKIPPY_TRY(read_token_id(file, "tokenizer.ggml.eom_token_id", n, eom));
+    SKIPPY_TRY(read_token_id(file, "tokenizer.ggml.fim_pad_token_id", n, fim_pad));
+    SKIPPY_TRY(read_token_id(file, "tokenizer.ggml.fim_rep_token_id", n, fim_rep));
+    SKIPPY_TRY(read_token_id(file, "tokenizer.ggml.fim_sep_token_id", n, fim_sep));
+    for (std::string_view key : k_other_id_keys) {
+        token_id unused = -1;
+        SKIPPY_TRY(read_token_id(file, key, n, unused));
+    }
+    if (eot == k_absent) eot = detect_by_text(v, k_eot_texts);
+    if (eom == k_absent) eom = detect_by_text(v, k_eom_texts);
+    if (fim_pad == k_absent) fim_pad = detect_by_text(v, k_fim_pad_texts);
+    if (fim_rep == k_absent) fim_rep = detect_by_text(v, k_fim_rep_texts);
+    if (fim_sep == k_absent) fim_sep = detect_by_text(v, k_fim_sep_texts);
 
     const gguf::value * add_bos_value = file.find(k_key_add_bos);
     if (add_bos_value != nullptr) {
@@ -224,7 +282,9 @@ status load_special_ids(const gguf::file & file, vocab & v, bool model_add_bos) 
         v.add_bos = model_add_bos && v.bos >= 0;
     }
 
-    for (token_id id : {v.eos, eot, eom}) {
+    // The end-of-generation set, in llama.cpp's order of rules: FIM tokens, the known
+    // texts (forced to control), the harmony markers (user-defined), EOS / EOT / EOM.
+    for (token_id id : {fim_pad, fim_rep, fim_sep}) {
         if (id >= 0) v.eog_ids.push_back(id);
     }
     for (std::string_view text : k_eog_texts) {
@@ -233,8 +293,29 @@ status load_special_ids(const gguf::file & file, vocab & v, bool model_add_bos) 
         v.eog_ids.push_back(id);
         v.kinds[id] = token_kind::control;
     }
+    for (std::string_view text : k_harmony_texts) {
+        if (const token_id id = v.find(text); id >= 0) v.kinds[id] = token_kind::user_defined;
+    }
+    for (token_id id : {v.eos, eot, eom}) {
+        if (id >= 0) v.eog_ids.push_back(id);
+    }
     std::sort(v.eog_ids.begin(), v.eog_ids.end());
     v.eog_ids.erase(std::unique(v.eog_ids.begin(), v.eog_ids.end()), v.eog_ids.end());
+
+    // Harmony (and Solar Open) end a message with <|end|> and the answer with <|return|>
+    // or a tool call with <|call|>: when both kinds of end are there, <|end|> only closes
+    // one message of the answer, so it is not the end of generation; it becomes
+    // user-defined (always rendered, always matched), as llama.cpp does.
+    const auto eog_has = [&](std::string_view text) {
+        const token_id id = v.find(text);
+        return id >= 0 && std::binary_search(v.eog_ids.begin(), v.eog_ids.end(), id);
+    };
+    const bool has_call = eog_has("<|call|>") || eog_has("<|calls|>");
+    if (eog_has("<|end|>") && has_call && (eog_has("<|return|>") || eog_has("<|flush|>"))) {
+        const token_id end = v.find("<|end|>");
+        v.eog_ids.erase(std::find(v.eog_ids.begin(), v.eog_ids.end(), end));
+        v.kinds[end] = token_kind::user_defined;
+    }
     return status::ok();
 }
 

@@ -123,20 +123,20 @@ TEST_P(shared_vocab, DetokenizeRoundTrips) {
     }
 }
 
-// About 10 KB of the vector strings, tokenized 10 times: must stay in milliseconds.
-TEST_P(shared_vocab, TenKilobytesTakeMilliseconds) {
+// About 10 KB of the vector strings, tokenized 10 times: the time goes to the test log
+// (no timed assertion); the result must be the same every time.
+TEST_P(shared_vocab, TenKilobytesTokenizeTheSameEveryTime) {
     LOAD_VOCAB_CASE(c);
     std::string text;
     while (text.size() < 10 * 1024) {
         for (const auto & s : c.inputs) text += s + "\n";
     }
     const auto t0 = std::chrono::steady_clock::now();
-    size_t n_tokens = 0;
-    for (int rep = 0; rep < 10; ++rep) n_tokens += c.tok->tokenize(text, false, false).size();
+    const auto first = c.tok->tokenize(text, false, false);
+    for (int rep = 1; rep < 10; ++rep) ASSERT_EQ(c.tok->tokenize(text, false, false), first);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 10;
-    std::printf("[ perf     ] %s: %zu bytes -> %zu tokens in %.2f ms\n", name.c_str(), text.size(), n_tokens / 10, ms);
-    // Generous for sanitizer and debug builds; a release build needs a few ms.
-    EXPECT_LT(ms, 500.0);
+    std::printf("[ perf     ] %s: %zu bytes -> %zu tokens in %.2f ms\n", name.c_str(), text.size(), first.size(), ms);
+    EXPECT_GT(first.size(), text.size() / 8);
 }
 
 // Arbitrary bytes (invalid UTF-8, control characters, special-token fragments) never

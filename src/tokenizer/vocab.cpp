@@ -1,11 +1,13 @@
 #include "tokenizer/vocab.h"
 
+#include "base/escape.h"
 #include "base/log.h"
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/unicode.h"
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <limits>
 #include <span>
 
@@ -71,10 +73,18 @@ status read_token_id(const gguf::file & file, std::string_view key, int32_t n_vo
     return status::ok();
 }
 
-token_kind kind_from_type(int64_t type) {
-    // Unknown numbers count as undefined, as in llama.cpp.
-    if (type < 0 || type > static_cast<int64_t>(token_kind::byte)) return token_kind::undefined;
-    return static_cast<token_kind>(type);
+// A tokenizer.ggml.token_type element as a kind. Numbers outside the enum are refused
+// (llama.cpp reads them as undefined): a file that writes them is not what it claims.
+status read_kind(const gguf::value & type, size_t id, token_kind & out) {
+    const auto k = type.as_int(static_cast<int64_t>(token_kind::undefined), static_cast<int64_t>(token_kind::byte));
+    if (!k) {
+        const std::string shown = type.as_int() ? std::to_string(*type.as_int()) : std::to_string(type.as_u64().value_or(0));
+        return bad(k_key_token_type, "token " + std::to_string(id) + " has type " + shown +
+                                         ", not one of 0..6 (undefined, normal, unknown, control, user-defined, "
+                                         "unused, byte)");
+    }
+    out = static_cast<token_kind>(*k);
+    return status::ok();
 }
 
 // "<0xAB>" -> 0xAB; -1 when `text` is not of that form.
@@ -192,30 +202,66 @@ status load_tokens(const gguf::file & file, vocab & v) {
         if (scores != nullptr) {
             const gguf::value & s = (*scores)[i];
             if (auto f = s.as_float()) {
+                // A NaN would make the SPM merge order undefined.
+                if (std::isnan(*f)) return bad(k_key_scores, "token " + std::to_string(i) + " has a NaN score");
                 v.scores[i] = static_cast<float>(*f);
             } else if (auto k = s.as_int()) {
                 v.scores[i] = static_cast<float>(*k);
             }
         }
-        if (types != nullptr) v.kinds[i] = kind_from_type((*types)[i].as_int().value_or(0));
+        if (types != nullptr) SKIPPY_TRY(read_kind((*types)[i], i, v.kinds[i]));
         const auto [it, inserted] = v.text_to_id.emplace(v.texts[i], static_cast<token_id>(i));
         if (!inserted) {
-            return bad(k_key_tokens, "duplicate token text (ids " + std::to_string(it->second) + " and " +
-                                         std::to_string(i) + ")");
+            return bad(k_key_tokens, "duplicate token text '" + escape_bytes(v.texts[i]) + "' (ids " +
+                                         std::to_string(it->second) + " and " + std::to_string(i) + ")");
         }
     }
     return status::ok();
 }
 
+// Every merge must be "left right" where left, right and left + right are all tokens,
+// as Hugging Face requires; llama.cpp keeps such merges, which can never apply.
 status load_merges(const gguf::file & file, vocab & v) {
     const std::vector<gguf::value> * merges = nullptr;
     SKIPPY_TRY(find_array(file, k_key_merges, {gguf::value_type::string}, merges));
     if (merges == nullptr) return bad(k_key_merges, "missing (a BPE vocabulary needs its merges)");
     v.merges.reserve(merges->size());
+    std::string joined;
     for (size_t i = 0; i < merges->size(); ++i) {
         const std::string * m = (*merges)[i].as_string();
         if (m == nullptr) return bad(k_key_merges, "element " + std::to_string(i) + " is not a string");
+        const auto refuse = [&](std::string_view why) {
+            return bad(k_key_merges, "merge " + std::to_string(i) + " '" + escape_bytes(*m) + "' " + std::string(why));
+        };
+        // The split rule of the tokenizer: the first space after the first byte, so a
+        // left side may itself be a space.
+        const size_t space = m->find(' ', 1);
+        if (space == std::string::npos) return refuse("is not two pieces separated by a space");
+        const std::string_view left = std::string_view(*m).substr(0, space);
+        const std::string_view right = std::string_view(*m).substr(space + 1);
+        if (v.find(left) < 0) return refuse("names a left piece that is not a token");
+        if (v.find(right) < 0) return refuse("names a right piece that is not a token");
+        joined.assign(left);
+        joined.append(right);
+        if (v.find(joined) < 0) return refuse("makes a piece that is not a token");
         v.merges.push_back(*m);
+    }
+    return status::ok();
+}
+
+// <arch>.vocab_size, when a file has it, is the model's vocabulary: the token list must
+// be exactly that long, or ids would index past the embeddings (or leave rows unnamed).
+status check_vocab_size(const gguf::file & file, const vocab & v) {
+    const auto arch = file.get_string("general.architecture");
+    if (!arch) return status::ok();
+    const std::string key = *arch + ".vocab_size";
+    const gguf::value * size = file.find(key);
+    if (size == nullptr) return status::ok();
+    const auto n = size->as_int();
+    if (!n) return bad(escape_bytes(key), "expected an integer");
+    if (*n != v.n_vocab()) {
+        return bad(escape_bytes(key), std::to_string(*n) + " disagrees with the " + std::to_string(v.n_vocab()) +
+                                          " entries of " + std::string(k_key_tokens));
     }
     return status::ok();
 }
@@ -375,7 +421,7 @@ result<vocab> load_vocab(const gguf::file & file) {
         }
         const pre_style * style = find_pre_style(v.pre);
         if (style == nullptr) {
-            return make_error(error_code::unsupported, "tokenizer.ggml.pre '" + v.pre +
+            return make_error(error_code::unsupported, "tokenizer.ggml.pre '" + escape_bytes(v.pre) +
                                                            "' is not supported (supported: " +
                                                            std::string(supported_pre_names()) + ")");
         }
@@ -384,10 +430,11 @@ result<vocab> load_vocab(const gguf::file & file) {
         // BOS; converted llama-3 files carry add_bos_token, so they are unaffected.
     } else {
         return make_error(error_code::unsupported,
-                          "tokenizer.ggml.model '" + *model_name + "' is not supported (supported: llama, gpt2)");
+                          "tokenizer.ggml.model '" + escape_bytes(*model_name) + "' is not supported (supported: llama, gpt2)");
     }
 
     SKIPPY_TRY(load_tokens(file, v));
+    SKIPPY_TRY(check_vocab_size(file, v));
     if (v.model == tokenizer_model::bpe) SKIPPY_TRY(load_merges(file, v));
     SKIPPY_TRY(load_special_ids(file, v, model_add_bos));
     build_special_list(file, v);

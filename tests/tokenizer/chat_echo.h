@@ -13,7 +13,7 @@
 // ("▁ta", "Ġcat"); which of them it picks, and how many, is the model's doing.
 #pragma once
 
-#include "model/synthetic.h"
+#include "model/model_fixture.h"
 #include "runtime/pipeline.h"
 #include "tokenizer/chat_template.h"
 
@@ -45,14 +45,9 @@ inline std::unique_ptr<echo_model> make_echo_model(const gguf::file * vocab_from
     o.n_ctx = 1024;
     o.seed = 5;
     o.vocab_from = vocab_from;
-    auto w = build_synthetic_model(o);
-    EXPECT_TRUE(w.is_ok()) << w.error().to_string();
-    if (!w.is_ok()) return nullptr;
-    auto file = gguf::file::from_bytes(w->to_bytes());
-    EXPECT_TRUE(file.is_ok()) << file.error().to_string();
-    if (!file.is_ok()) return nullptr;
     auto m = std::make_unique<echo_model>();
-    m->file = std::move(file).value();
+    m->file = synthetic_model(o);
+    if (!m->file) return nullptr;
     auto tok = tokenizer::from_gguf(*m->file);
     EXPECT_TRUE(tok.is_ok()) << tok.error().to_string();
     if (!tok.is_ok()) return nullptr;

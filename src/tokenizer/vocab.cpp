@@ -220,7 +220,7 @@ status load_tokens(const gguf::file & file, vocab & v) {
 }
 
 // Every merge must be "left right" where left, right and left + right are all tokens,
-// as Hugging Face requires; llama.cpp keeps such merges, which can never apply.
+// as Hugging Face requires; llama.cpp keeps the others, which can never apply.
 status load_merges(const gguf::file & file, vocab & v) {
     const std::vector<gguf::value> * merges = nullptr;
     SKIPPY_TRY(find_array(file, k_key_merges, {gguf::value_type::string}, merges));

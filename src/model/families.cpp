@@ -9,14 +9,16 @@ namespace skippy {
 const family_i & family_llama();
 const family_i & family_qwen2();
 const family_i & family_qwen3();
+const family_i & family_gemma3();
 
 namespace {
 
-const std::array<family_entry, 3> & families() {
-    static const std::array<family_entry, 3> table = {{
+const std::array<family_entry, 4> & families() {
+    static const std::array<family_entry, 4> table = {{
         {"llama", model_arch::llama, family_llama()},
         {"qwen2", model_arch::qwen2, family_qwen2()},
         {"qwen3", model_arch::qwen3, family_qwen3()},
+        {"gemma3", model_arch::gemma3, family_gemma3()},
     }};
     return table;
 }

@@ -339,6 +339,11 @@ void ffn(const layer_pass & p, const layer_weights & lw, ffn_activation act, con
     kernels::matmul(lw.ffn_down, hidden, n, out, p.pool);
 }
 
+void set_rope_mode(model_hparams & hp, rope_mode mode) {
+    hp.rope.mode = mode;
+    hp.rope_swa.mode = mode;
+}
+
 status bind_attention(const tensor_binder & b, const model_hparams & hp, layer_weights & lw) {
     SKIPPY_ASSIGN_OR_RETURN(lw.attn_norm, b.vector(tensor_role::attn_norm, hp.n_embd, true));
     SKIPPY_ASSIGN_OR_RETURN(lw.wq, b.matrix(tensor_role::attn_q, hp.n_embd, hp.q_dim()));

@@ -67,6 +67,9 @@ enum class ffn_activation { silu, gelu };
 // Uses ws.gate and ws.up; out must not be in, ws.gate or ws.up.
 void ffn(const layer_pass & p, const layer_weights & lw, ffn_activation act, const float * in, float * out);
 
+// hp.rope and hp.rope_swa rotate with `mode` (a family's read_hparams).
+void set_rope_mode(model_hparams & hp, rope_mode mode);
+
 // ---- binding the usual tensors of a layer ----
 
 // attn_norm, attn_q, attn_k, attn_v, attn_output.

@@ -48,8 +48,7 @@ status read_pattern(const metadata_reader & r, model_hparams & hp) {
 class gemma3_family final : public family_i {
 public:
     status read_hparams(const metadata_reader & r, model_hparams & hp) const override {
-        hp.rope.mode = rope_mode::neox;
-        hp.rope_swa = hp.rope;
+        blocks::set_rope_mode(hp, rope_mode::neox);
         hp.rope_swa.freq_base = 10000.0f;
         hp.rope_swa.freq_scale = 1.0f;
         SKIPPY_TRY(r.real("rope.freq_base_swa", hp.rope_swa.freq_base));

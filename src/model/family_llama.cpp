@@ -13,8 +13,7 @@ public:
     explicit llama_family(bool qwen2) : qwen2_(qwen2) {}
 
     status read_hparams(const metadata_reader &, model_hparams & hp) const override {
-        hp.rope.mode = qwen2_ ? rope_mode::neox : rope_mode::normal;
-        hp.rope_swa = hp.rope;
+        blocks::set_rope_mode(hp, qwen2_ ? rope_mode::neox : rope_mode::normal);
         hp.has_qkv_bias = qwen2_;
         return status::ok();
     }

@@ -11,8 +11,7 @@ namespace {
 class qwen3_family final : public family_i {
 public:
     status read_hparams(const metadata_reader &, model_hparams & hp) const override {
-        hp.rope.mode = rope_mode::neox;
-        hp.rope_swa = hp.rope;
+        blocks::set_rope_mode(hp, rope_mode::neox);
         return status::ok();
     }
 

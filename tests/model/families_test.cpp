@@ -22,24 +22,6 @@ gguf::writer writer_for(const synthetic_model_options & o) {
     return std::move(w).value();
 }
 
-std::shared_ptr<const gguf::file> parse(const gguf::writer & w) {
-    auto f = gguf::file::from_bytes(w.to_bytes());
-    EXPECT_TRUE(f.is_ok()) << f.error().to_string();
-    if (!f.is_ok()) return nullptr;
-    return std::shared_ptr<const gguf::file>(std::move(f).value());
-}
-
-// A writer holding `f`'s metadata and tensors except `drop`.
-gguf::writer copy_without(const gguf::file & f, const std::string & drop) {
-    gguf::writer w;
-    for (const auto & [key, v] : f.metadata()) w.set(key, v);
-    for (const auto & t : f.tensors()) {
-        if (t.name == drop) continue;
-        w.add_tensor(t.name, t.dims, t.type, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
-    }
-    return w;
-}
-
 std::vector<uint8_t> f32_bytes(const std::vector<float> & v) {
     std::vector<uint8_t> b(v.size() * 4);
     std::memcpy(b.data(), v.data(), b.size());

@@ -29,24 +29,6 @@ std::vector<token_id> sample_ids(int n, int32_t n_vocab) {
     return ids;
 }
 
-std::shared_ptr<const gguf::file> parse(const gguf::writer & w) {
-    auto f = gguf::file::from_bytes(w.to_bytes());
-    EXPECT_TRUE(f.is_ok()) << f.error().to_string();
-    if (!f.is_ok()) return nullptr;
-    return std::shared_ptr<const gguf::file>(std::move(f).value());
-}
-
-// A writer holding `f`'s metadata and tensors, minus the tensor named `drop`.
-gguf::writer copy_without(const gguf::file & f, const std::string & drop) {
-    gguf::writer w;
-    for (const auto & [key, v] : f.metadata()) w.set(key, v);
-    for (const auto & t : f.tensors()) {
-        if (t.name == drop) continue;
-        w.add_tensor(t.name, t.dims, t.type, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
-    }
-    return w;
-}
-
 // Logits of `ids` run as two stages, layers [0, split) and [split, n_layer), the
 // second one holding the head.
 std::vector<float> eval_split(std::shared_ptr<const gguf::file> file, const std::vector<token_id> & ids, int32_t split) {

@@ -133,4 +133,13 @@ private:
     std::unique_ptr<impl> impl_;
 };
 
+// ---- element-wise activations of the model families (src/kernels/activations.cpp) ----
+
+// out[i] = gelu(gate[i]) * up[i] for i < n (GELU-gated product, gemma3's FFN; out may be
+// gate or up), with GELU in its tanh form computed exactly rather than through an fp16
+// table: gelu(x) = 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3),
+// with exp_shifted's exp. One implementation for every path (scalar and AVX2 builds run
+// the same operations), so the bits never depend on the kernel path.
+void gelu_gated(const float * gate, const float * up, float * out, int64_t n);
+
 }  // namespace skippy::kernels

@@ -92,6 +92,12 @@ struct stmt {
     body_t        body;
     body_t        else_body;
 
+    // Names first assigned (not read) in the body's own frame: jinja2 makes them local
+    // to that frame from its start, so until the assignment runs they are undefined,
+    // also for nested frames, whatever an outer scope holds (see frame_locals()).
+    std::vector<std::string> body_locals;
+    std::vector<std::string> else_locals;
+
     // macro
     std::vector<std::string> params;
     std::vector<expr_ptr>    defaults;  // aligned to the last params
@@ -108,6 +114,7 @@ struct program {
     std::string         source;
     std::vector<size_t> line_starts;
     body_t              body;
+    std::vector<std::string> body_locals;  // of the template's top-level frame
 
     // "line L, column C" of a byte offset (column counted in code points, from 1).
     std::string where(uint32_t pos) const;

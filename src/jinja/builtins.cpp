@@ -116,22 +116,6 @@ bool py_isupper(std::string_view s) {
     return cased;
 }
 
-result<value> py_mod_int(const value & v, const value & n) {
-    if (v.is_undefined()) return make_error(error_code::runtime, v.str());
-    if (!v.is_number() || !n.is_number()) return type_error("unsupported operand type(s) for %");
-    if (v.is_int_like() && n.is_int_like()) {
-        if (n.as_int() == 0) return type_error("integer division or modulo by zero");
-        if (n.as_int() == -1) return value::integer(0);
-        int64_t r = v.as_int() % n.as_int();
-        if (r != 0 && ((r < 0) != (n.as_int() < 0))) r += n.as_int();
-        return value::integer(r);
-    }
-    if (n.as_float() == 0.0) return type_error("float modulo");
-    double m = std::fmod(v.as_float(), n.as_float());
-    if (m != 0.0 && ((n.as_float() < 0) != (m < 0))) m += n.as_float();
-    return value::floating(m);
-}
-
 }  // namespace
 
 result<bool> apply_test(renderer & r, int id, const value & v, const call_args & a) {
@@ -147,8 +131,8 @@ result<bool> apply_test(renderer & r, int id, const value & v, const call_args &
         case test_id::undefined: return v.is_undefined();
         case test_id::divisibleby: {
             SKIPPY_ASSIGN_OR_RETURN(value n, arg(0));
-            SKIPPY_ASSIGN_OR_RETURN(value m, py_mod_int(v, n));
-            return m.as_float() == 0.0;
+            SKIPPY_ASSIGN_OR_RETURN(value m, arith(r, bin_op::mod, v, n));
+            return equal(m, value::integer(0));
         }
         case test_id::eq: { SKIPPY_ASSIGN_OR_RETURN(value o, arg(0)); return equal(v, o); }
         case test_id::ne: { SKIPPY_ASSIGN_OR_RETURN(value o, arg(0)); return !equal(v, o); }
@@ -169,17 +153,21 @@ result<bool> apply_test(renderer & r, int id, const value & v, const call_args &
         case test_id::escaped: return false;
         case test_id::even:
         case test_id::odd: {
-            SKIPPY_ASSIGN_OR_RETURN(value m, py_mod_int(v, value::integer(2)));
-            bool odd = m.as_float() == 1.0;
-            return static_cast<test_id>(id) == test_id::odd ? odd : !odd && m.as_float() == 0.0;
+            // value % 2 (a string formats!) compared with 1 or 0.
+            SKIPPY_ASSIGN_OR_RETURN(value m, arith(r, bin_op::mod, v, value::integer(2)));
+            return equal(m, value::integer(static_cast<test_id>(id) == test_id::odd ? 1 : 0));
         }
         case test_id::false_: return v.is(vtype::boolean) && v.as_int() == 0;
         case test_id::true_: return v.is(vtype::boolean) && v.as_int() == 1;
         case test_id::filter: {
+            if (v.is_undefined()) return false;
+            SKIPPY_TRY(check_hashable(v));
             int fid = 0;
             return v.is_string() && find_filter(v.str(), fid) == name_status::known;
         }
         case test_id::test: {
+            if (v.is_undefined()) return false;
+            SKIPPY_TRY(check_hashable(v));
             int tid = 0;
             return v.is_string() && find_test(v.str(), tid) == name_status::known;
         }
@@ -387,7 +375,11 @@ result<std::string> percent_format(renderer & r, const std::string & fmt, const 
         }
         SKIPPY_TRY(r.check_string(out.size()));
     }
-    if (!used_mapping && next < list.size() && !(mapping && list.size() == 1))
+    // CPython: unconsumed arguments are an error unless the one argument is a mapping
+    // or sequence other than a tuple or str (it then counts as a mapping).
+    bool mapping_like = !tuple_args || !args.is(vtype::tuple);
+    mapping_like = mapping_like && (args.is(vtype::dict) || args.is(vtype::list) || args.is_undefined());
+    if (!used_mapping && next < list.size() && !mapping_like)
         return type_error("not all arguments converted during string formatting");
     SKIPPY_TRY(r.charge(out.size() / 16));
     return out;

@@ -263,7 +263,18 @@ result<value> do_tojson(renderer & r, const value & v, const bound_args & b) {
 }
 
 result<value> do_truncate(renderer & r, const value & v, const bound_args & b) {
-    SKIPPY_ASSIGN_OR_RETURN(std::string s, r.str(v));
+    if (!v.is_string()) {
+        // jinja2 measures the value with len() and slices it; anything but a short
+        // sequence fails, so only those are kept.
+        size_t n = 0;
+        if (v.is_sequence()) n = v.items().size();
+        else if (v.is(vtype::dict)) n = v.dict_ref().entries.size();
+        else if (!v.is_undefined()) return type_error("object of type '" + std::string(type_name(v)) + "' has no len()");
+        SKIPPY_ASSIGN_OR_RETURN(int64_t length, int_param(b, 0, 255));
+        if (static_cast<int64_t>(n) <= length + 5) return v;
+        return type_error("truncate needs a string");
+    }
+    const std::string & s = v.str();
     SKIPPY_ASSIGN_OR_RETURN(int64_t length, int_param(b, 0, 255));
     bool killwords = bool_param(b, 1, false);
     std::string end = "...";
@@ -331,6 +342,7 @@ result<value> select_like(renderer & r, const value & v, const call_args & a, bo
 }
 
 result<value> do_map(renderer & r, const value & v, const call_args & a) {
+    if (!truthy(v)) return value::list({});  // jinja2 maps only a truthy value
     SKIPPY_ASSIGN_OR_RETURN(auto items, r.iterate(v));
     SKIPPY_TRY(r.charge(items.size()));
     std::vector<value> out;

@@ -837,11 +837,139 @@ private:
     }
 };
 
+// jinja2 compiles every frame (the template, a loop body, a macro, a with / filter /
+// set / generation block) with variables of its own, resolved at compile time. For a
+// name the frame assigns before it reads it (in statement order, outside any {% if %}),
+// the variable starts as a copy of the enclosing frames' variable of that name when
+// one of them mentions the name, and as undefined otherwise: until the assignment runs,
+// the frame and the frames nested in it see it undefined, whatever the render context
+// holds. Our scopes resolve names dynamically, which agrees with jinja2 everywhere else;
+// these names (frame locals) are declared undefined when the frame starts. A nested
+// frame's own statements are not mentions of its parent.
+class frame_analysis {
+public:
+    // Fills program::body_locals and every stmt's body_locals / else_locals.
+    static void annotate_program(program & prog) {
+        frame_analysis root;
+        root.visit(prog.body, false);
+        prog.body_locals = root.stored_first_;
+        annotate(prog.body, root.seen_);
+    }
+
+private:
+    std::vector<std::string> seen_;          // names mentioned at this frame's level
+    std::vector<std::string> stored_first_;  // ... of which assigned first, unconditionally
+
+    static bool contains(const std::vector<std::string> & v, const std::string & n) {
+        return std::find(v.begin(), v.end(), n) != v.end();
+    }
+
+    // The locals of a nested frame with `params`, enclosed by frames mentioning `outer`;
+    // `mentions` gets what the nested frame's own nested frames see as enclosing.
+    static std::vector<std::string> frame_locals(const body_t & body, std::vector<std::string> params,
+                                                 const expr * cond, const std::vector<std::string> & outer,
+                                                 std::vector<std::string> & mentions) {
+        frame_analysis f;
+        f.seen_ = std::move(params);
+        f.loads(cond);
+        f.visit(body, false);
+        std::vector<std::string> locals;
+        for (const auto & n : f.stored_first_)
+            if (!contains(outer, n)) locals.push_back(n);
+        mentions = outer;
+        for (const auto & n : f.seen_)
+            if (!contains(mentions, n)) mentions.push_back(n);
+        return locals;
+    }
+
+    static void annotate(body_t & body, const std::vector<std::string> & outer) {
+        for (auto & s : body) {
+            for (auto & [c, b] : s->branches) annotate(b, outer);
+            std::vector<std::string> params, mentions, else_mentions;
+            const expr * cond = nullptr;
+            switch (s->kind) {
+                case stmt_kind::for_:
+                    params = s->target.names;
+                    params.push_back("loop");
+                    cond = s->cond.get();
+                    break;
+                case stmt_kind::macro:
+                    params = s->params;
+                    params.push_back("varargs");
+                    params.push_back("kwargs");
+                    break;
+                case stmt_kind::with:
+                    for (const auto & t : s->with_targets) params.insert(params.end(), t.names.begin(), t.names.end());
+                    break;
+                case stmt_kind::set_block:
+                case stmt_kind::filter_block:
+                case stmt_kind::scoped:
+                    break;
+                default:
+                    annotate(s->else_body, outer);
+                    continue;
+            }
+            s->body_locals = frame_locals(s->body, params, cond, outer, mentions);
+            s->else_locals = frame_locals(s->else_body, {}, nullptr, outer, else_mentions);
+            annotate(s->body, mentions);
+            annotate(s->else_body, else_mentions);
+        }
+    }
+
+    void load(const std::string & n) { if (!contains(seen_, n)) seen_.push_back(n); }
+    void store(const std::string & n, bool in_if) {
+        if (contains(seen_, n)) return;
+        seen_.push_back(n);
+        if (!in_if) stored_first_.push_back(n);
+    }
+    void loads(const expr * e) {
+        if (!e) return;
+        if (e->kind == expr_kind::name) load(e->name);
+        loads(e->a.get());
+        loads(e->b.get());
+        loads(e->c.get());
+        for (const auto & x : e->args) loads(x.get());
+        for (const auto & [k, x] : e->kwargs) loads(x.get());
+    }
+    void target(const assign_target & t, bool in_if) {
+        if (!t.ns_attr.empty()) { load(t.names[0]); return; }
+        for (const auto & n : t.names) store(n, in_if);
+    }
+    void visit(const body_t & body, bool in_if) {
+        for (const auto & s : body) {
+            switch (s->kind) {
+                case stmt_kind::print: loads(s->e.get()); break;
+                case stmt_kind::if_:
+                    for (const auto & [c, b] : s->branches) {
+                        loads(c.get());
+                        visit(b, true);
+                    }
+                    visit(s->else_body, true);
+                    break;
+                case stmt_kind::for_: loads(s->e.get()); break;
+                case stmt_kind::set:
+                    loads(s->e.get());
+                    target(s->target, in_if);
+                    break;
+                case stmt_kind::set_block: target(s->target, in_if); break;
+                case stmt_kind::macro: store(s->text, in_if); break;
+                case stmt_kind::filter_block: loads(s->e.get()); break;
+                case stmt_kind::with:
+                    for (const auto & v : s->with_values) loads(v.get());
+                    break;
+                default: break;
+            }
+        }
+    }
+};
+
 }  // namespace
 
 status parse_program(program & prog, std::vector<token> tokens, const parse_options & opts) {
     parser p(prog, std::move(tokens), opts);
-    return p.run();
+    SKIPPY_TRY(p.run());
+    frame_analysis::annotate_program(prog);
+    return status::ok();
 }
 
 }  // namespace skippy::jinja::detail

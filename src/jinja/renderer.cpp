@@ -106,6 +106,11 @@ value json_to_value(const nlohmann::ordered_json & j) {
 }  // namespace
 
 result<value> arith(renderer & r, bin_op op, const value & a, const value & b) {
+    if (op == bin_op::mod && a.is_string()) {
+        // str % x formats, whatever x is (an undefined counts as an empty mapping).
+        SKIPPY_ASSIGN_OR_RETURN(std::string s, percent_format(r, a.str(), b, true));
+        return value::string(std::move(s));
+    }
     if (a.is_undefined()) return undefined_use(a);
     if (b.is_undefined()) return undefined_use(b);
     bool both_int = a.is_int_like() && b.is_int_like();
@@ -172,10 +177,6 @@ result<value> arith(renderer & r, bin_op op, const value & a, const value & b) {
             return value::floating(a.as_float() / b.as_float());
         case bin_op::floordiv:
         case bin_op::mod:
-            if (op == bin_op::mod && a.is_string()) {
-                SKIPPY_ASSIGN_OR_RETURN(std::string s, percent_format(r, a.str(), b, true));
-                return value::string(std::move(s));
-            }
             if (!both_num) return operand_error(op, a, b);
             if (both_int) {
                 int64_t x = a.as_int(), y = b.as_int();
@@ -206,7 +207,9 @@ result<value> arith(renderer & r, bin_op op, const value & a, const value & b) {
             double x = a.as_float(), y = b.as_float();
             if (x == 0.0 && y < 0) return type_error("0.0 cannot be raised to a negative power");
             if (x < 0 && std::floor(y) != y) return type_error("complex results are not supported");
-            return value::floating(std::pow(x, y));
+            double p = std::pow(x, y);
+            if (std::isinf(p) && std::isfinite(x) && std::isfinite(y)) return type_error("(34, 'Numerical result out of range')");
+            return value::floating(p);
         }
     }
     return operand_error(op, a, b);
@@ -284,11 +287,19 @@ status renderer::append(std::string & out, std::string_view text) {
 }
 
 result<std::string> renderer::run(const nlohmann::ordered_json & context) {
-    auto root = std::make_shared<scope>();
-    for (const auto & [k, v] : context.items()) root->set(k, json_to_value(v));
+    auto globals = std::make_shared<scope>();
+    for (const auto & [k, v] : context.items()) globals->set(k, json_to_value(v));
+    scope_ptr root = frame(globals, prog_.body_locals);
     std::string out;
     SKIPPY_TRY(exec(prog_.body, root, out));
     return out;
+}
+
+scope_ptr renderer::frame(const scope_ptr & parent, const std::vector<std::string> & locals) {
+    auto sc = std::make_shared<scope>();
+    sc->parent = parent;
+    for (const auto & n : locals) sc->set(n, value::undefined("'" + n + "' is undefined"));
+    return sc;
 }
 
 value renderer::lookup(const std::string & name, const scope_ptr & sc) {
@@ -475,11 +486,18 @@ result<value> renderer::eval_getitem(const expr & e, const scope_ptr & sc) {
             parts[i] = value::none();
         }
     }
+    // jinja2 subscripts with a slice directly (not through the sandbox's getitem), so
+    // a bad slice is a TypeError rather than an undefined.
     if (base.is_undefined()) return at(e.pos, undefined_use(base));
     bool is_str = base.is_string();
-    if (!is_str && !base.is_sequence()) return value::undefined("'" + std::string(type_name(base)) + " object' is not sliceable");
-    for (auto & p : parts)
-        if (!p.is_none() && !p.is_int_like()) return value::undefined("slice indices must be integers or None");
+    if (base.is(vtype::dict)) return at(e.pos, type_error("unhashable type: 'slice'"));
+    if (!is_str && !base.is_sequence())
+        return at(e.pos, type_error("'" + std::string(type_name(base)) + "' object is not subscriptable"));
+    for (auto & p : parts) {
+        if (p.is_undefined()) return at(e.pos, undefined_use(p));
+        if (!p.is_none() && !p.is_int_like())
+            return at(e.pos, type_error("slice indices must be integers or None or have an __index__ method"));
+    }
     int64_t step = parts[2].is_none() ? 1 : parts[2].as_int();
     if (step == 0) return at(e.pos, make_error(error_code::runtime, "slice step cannot be zero"));
     std::vector<size_t> offs;
@@ -787,8 +805,7 @@ result<value> renderer::call_macro(const callable_data & m, const call_args & a)
     size_t n = s.params.size();
     if (a.pos.size() > n && !s.uses_varargs)
         return type_error("macro '" + m.name + "' takes not more than " + std::to_string(n) + " argument(s)");
-    auto sc = std::make_shared<scope>();
-    sc->parent = parent;
+    scope_ptr sc = frame(parent, s.body_locals);
     std::vector<bool> used_kw(a.kw.size(), false);
     size_t first_default = n - s.defaults.size();
     for (size_t i = 0; i < n; ++i) {
@@ -894,7 +911,7 @@ status renderer::exec_one(const stmt & s, const scope_ptr & sc, std::string & ou
         }
         case stmt_kind::set_block: {
             std::string buf;
-            SKIPPY_TRY(exec(s.body, sc, buf));
+            SKIPPY_TRY(exec(s.body, frame(sc, s.body_locals), buf));
             if (jump_ != jump::none) return status::ok();
             value v = value::string(std::move(buf));
             if (s.e) {
@@ -917,7 +934,7 @@ status renderer::exec_one(const stmt & s, const scope_ptr & sc, std::string & ou
         }
         case stmt_kind::filter_block: {
             std::string buf;
-            SKIPPY_TRY(exec(s.body, sc, buf));
+            SKIPPY_TRY(exec(s.body, frame(sc, s.body_locals), buf));
             if (jump_ != jump::none) return status::ok();
             placeholder_ = value::string(std::move(buf));
             auto r = eval(*s.e, sc);
@@ -927,8 +944,7 @@ status renderer::exec_one(const stmt & s, const scope_ptr & sc, std::string & ou
             return at(s.pos, append(out, text));
         }
         case stmt_kind::with: {
-            auto inner = std::make_shared<scope>();
-            inner->parent = sc;
+            scope_ptr inner = frame(sc, s.body_locals);
             for (size_t i = 0; i < s.with_targets.size(); ++i) {
                 SKIPPY_ASSIGN_OR_RETURN(value v, eval(*s.with_values[i], sc));
                 SKIPPY_TRY(bind(s.with_targets[i], std::move(v), inner, s.pos));
@@ -937,11 +953,7 @@ status renderer::exec_one(const stmt & s, const scope_ptr & sc, std::string & ou
         }
         case stmt_kind::break_: jump_ = jump::break_; return status::ok();
         case stmt_kind::continue_: jump_ = jump::continue_; return status::ok();
-        case stmt_kind::scoped: {
-            auto inner = std::make_shared<scope>();
-            inner->parent = sc;
-            return exec(s.body, inner, out);
-        }
+        case stmt_kind::scoped: return exec(s.body, frame(sc, s.body_locals), out);
     }
     return status::ok();
 }
@@ -960,18 +972,13 @@ status renderer::exec_for(const stmt & s, const scope_ptr & sc, std::string & ou
         }
         items = std::move(kept);
     }
-    if (items.empty()) {
-        auto inner = std::make_shared<scope>();
-        inner->parent = sc;
-        return exec(s.else_body, inner, out);
-    }
+    if (items.empty()) return exec(s.else_body, frame(sc, s.else_locals), out);
     auto loop = std::make_shared<loop_data>();
     loop->items = std::make_shared<const std::vector<value>>(std::move(items));
     for (size_t i = 0; i < loop->items->size(); ++i) {
         if (++iterations_ > opts_.lim.max_loop_iterations)
             return at(s.pos, limit_error("too many loop iterations (max_loop_iterations)"));
-        auto inner = std::make_shared<scope>();
-        inner->parent = sc;
+        scope_ptr inner = frame(sc, s.body_locals);
         SKIPPY_TRY(bind(s.target, (*loop->items)[i], inner, s.pos));
         loop->index0 = i;
         inner->set("loop", value::loop(loop));

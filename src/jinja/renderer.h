@@ -1,10 +1,12 @@
 // The tree-walking renderer (internal to the jinja part).
 //
 // One renderer renders one template once. Names resolve through a chain of scopes the
-// way jinja2's generated code resolves them: a for-loop iteration, a macro call, a
-// {% with %} and a {% generation %} body each get a scope of their own, whose parent
-// is the enclosing scope (for a macro: the scope it was defined in); {% if %} and
-// {% set %} blocks do not. Every step is charged against render limits.
+// way jinja2's generated code resolves them: the template, a for-loop iteration, a
+// macro call and the bodies of {% with %}, {% set %}...{% endset %}, {% filter %} and
+// {% generation %} each get a scope of their own (a frame), whose parent is the
+// enclosing scope (for a macro: the scope it was defined in); {% if %} bodies do not.
+// A frame starts with its first-assigned names undefined (stmt::body_locals). Every
+// step is charged against render limits.
 #pragma once
 
 #include "base/status.h"
@@ -71,6 +73,8 @@ private:
     status append(std::string & out, std::string_view text);
 
     value lookup(const std::string & name, const scope_ptr & sc);
+    // A frame's scope: child of `parent`, with the frame's first-assigned names undefined.
+    scope_ptr frame(const scope_ptr & parent, const std::vector<std::string> & locals);
     // A helper's error, positioned at e; errors from evaluating children pass unchanged.
     status at(uint32_t pos, status st) const;
     template <typename T> result<T> at(uint32_t pos, result<T> r) const {

@@ -1,5 +1,7 @@
 #include "oracle.h"
 
+#include "corpus_file.h"
+
 #include "common/test_data.h"
 #include "jinja/jinja.h"
 
@@ -41,45 +43,18 @@ std::vector<jinja_case> conversation_cases(const std::string & template_name, co
 }
 
 std::vector<jinja_case> load_corpus(const std::string & path) {
-    std::ifstream in(path, std::ios::binary);
-    EXPECT_TRUE(in.good()) << "cannot read " << path;
+    std::vector<corpus_entry> entries;
+    std::string error;
+    EXPECT_TRUE(parse_corpus(read_file(path), entries, error)) << path << ": " << error;
     std::vector<jinja_case> cases;
-    std::string line;
-    jinja_case cur;
-    bool open = false, json_template = false;
-    std::vector<std::string> lines;
-    while (std::getline(in, line)) {
-        if (line.rfind("### ", 0) == 0) {
-            EXPECT_FALSE(open) << "case " << cur.name << " has no '---' line";
-            cur = jinja_case{};
-            std::istringstream words(line.substr(4));
-            words >> cur.name;
-            std::string flag;
-            json_template = false;
-            while (words >> flag) {
-                if (flag == "json") json_template = true;
-                else if (flag == "notrim") cur.trim_blocks = cur.lstrip_blocks = false;
-                else ADD_FAILURE() << "unknown flag " << flag << " in " << path;
-            }
-            lines.clear();
-            open = true;
-        } else if (open && line.rfind("---", 0) == 0) {
-            if (json_template) {
-                EXPECT_EQ(lines.size(), 1u) << cur.name;
-                cur.source = nlohmann::json::parse(lines.empty() ? "\"\"" : lines[0]).get<std::string>();
-            } else {
-                for (size_t i = 0; i < lines.size(); ++i) cur.source += (i ? "\n" : "") + lines[i];
-            }
-            std::string ctx = line.substr(3);
-            cur.context = ctx.find_first_not_of(" \t") == std::string::npos ? nlohmann::ordered_json::object()
-                                                                            : nlohmann::ordered_json::parse(ctx);
-            cases.push_back(cur);
-            open = false;
-        } else if (open) {
-            lines.push_back(line);
-        }
+    for (auto & e : entries) {
+        jinja_case c;
+        c.name = e.name;
+        c.source = e.source;
+        c.trim_blocks = c.lstrip_blocks = e.trim;
+        if (!e.context_json.empty()) c.context = nlohmann::ordered_json::parse(e.context_json);
+        cases.push_back(std::move(c));
     }
-    EXPECT_FALSE(open) << "the last case of " << path << " has no '---' line";
     return cases;
 }
 

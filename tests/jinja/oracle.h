@@ -29,10 +29,7 @@ struct outcome {
     std::string message;
 };
 
-// Cases of a corpus file (tests/jinja/*.txt): "### name" starts a case, the lines up to
-// "--- {context JSON}" are its template (joined with "\n", no trailing newline);
-// "### name json" takes the template from the next line as a JSON string instead;
-// "### name notrim" renders with trim_blocks and lstrip_blocks off.
+// Cases of a corpus file (tests/jinja/*.txt, format in corpus_file.h).
 std::vector<jinja_case> load_corpus(const std::string & path);
 
 // The Python interpreter with jinja2, or nullopt (SKIPPY_PYTHON, /usr/bin/python3, PATH).

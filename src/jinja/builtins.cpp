@@ -315,7 +315,7 @@ result<std::string> percent_format(renderer & r, const std::string & fmt, const 
                 break;
             }
             case 'd': case 'i': case 'u': case 'x': case 'X': case 'o': case 'c': {
-                if (arg.is_undefined()) return make_error(error_code::runtime, arg.str());
+                if (arg.is_undefined()) return undefined_use(arg);
                 if (conv == 'c') {
                     std::string s;
                     if (arg.is_string() && text::length(arg.str()) == 1) s = arg.str();
@@ -353,7 +353,7 @@ result<std::string> percent_format(renderer & r, const std::string & fmt, const 
                 break;
             }
             case 'f': case 'F': case 'e': case 'E': case 'g': case 'G': {
-                if (arg.is_undefined()) return make_error(error_code::runtime, arg.str());
+                if (arg.is_undefined()) return undefined_use(arg);
                 if (!arg.is_number()) {
                     return type_error(std::string("must be real number, not ") + std::string(type_name(arg)));
                 }

@@ -28,10 +28,6 @@ result<bound_args> bind(std::string_view fn, params_t params, const call_args & 
     return b;
 }
 
-status undefined_use(const value & u) {
-    return make_error(error_code::runtime, u.str().empty() ? std::string("undefined value used") : u.str());
-}
-
 result<int64_t> int_param(const bound_args & b, size_t i, int64_t dflt) {
     if (!b.has(i)) return dflt;
     if (b.v[i].is_undefined()) return undefined_use(b.v[i]);

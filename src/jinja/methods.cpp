@@ -75,7 +75,7 @@ value unsafe_attr(std::string_view name, const value & obj) {
 }
 
 status need_str(const value & v, std::string_view what) {
-    if (v.is_undefined()) return make_error(error_code::runtime, v.str());
+    if (v.is_undefined()) return undefined_use(v);
     if (!v.is_string())
         return type_error(std::string(what) + " arg must be None or str, not " + std::string(type_name(v)));
     return status::ok();

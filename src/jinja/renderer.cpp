@@ -17,10 +17,6 @@ constexpr int k_max_eval_depth = 1000;
 
 status limit_error(const std::string & what) { return make_error(error_code::runtime, what); }
 
-status undefined_use(const value & u) {
-    return make_error(error_code::runtime, u.str().empty() ? std::string("undefined value used") : u.str());
-}
-
 status overflow() { return make_error(error_code::runtime, "integer overflow (Python would use a big integer)"); }
 
 std::string op_symbol(bin_op op) {

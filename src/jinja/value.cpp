@@ -166,13 +166,13 @@ std::string_view type_name(const value & v) {
     return "object";
 }
 
-static status undefined_error(const value & v) {
-    return make_error(error_code::runtime, v.str().empty() ? std::string("undefined value") : v.str());
+status undefined_use(const value & u) {
+    return make_error(error_code::runtime, u.str().empty() ? std::string("undefined value used") : u.str());
 }
 
 result<bool> less(const value & a, const value & b) {
-    if (a.is_undefined()) return undefined_error(a);
-    if (b.is_undefined()) return undefined_error(b);
+    if (a.is_undefined()) return undefined_use(a);
+    if (b.is_undefined()) return undefined_use(b);
     if (a.is_number() && b.is_number()) {
         if (a.is_int_like() && b.is_int_like()) return a.as_int() < b.as_int();
         return a.as_float() < b.as_float();
@@ -195,7 +195,7 @@ result<bool> less(const value & a, const value & b) {
 status check_hashable(const value & key) {
     if (key.is(vtype::list) || key.is(vtype::dict) || key.is(vtype::ns))
         return type_error("unhashable type: '" + std::string(type_name(key)) + "'");
-    if (key.is_undefined()) return undefined_error(key);
+    if (key.is_undefined()) return undefined_use(key);
     if (key.is(vtype::tuple))
         for (const auto & item : key.items()) SKIPPY_TRY(check_hashable(item));
     return status::ok();

@@ -168,5 +168,8 @@ result<std::string> to_json(const value & v, const json_options & opts);
 
 // The error every type mistake becomes (a render error, error_code::runtime).
 status type_error(std::string message);
+// The error of using an undefined value where jinja2's Undefined fails: its hint
+// ("'x' is undefined", "'dict object' has no attribute 'y'" ...), error_code::runtime.
+status undefined_use(const value & u);
 
 }  // namespace skippy::jinja::detail

@@ -8,6 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libssl-dev libpcre2-dev
   clang libclang-rt-dev python3 iproute2
+  python3-jinja2  # test oracle only: tests/jinja render templates with it to compare (never a runtime dependency)
   prometheus  # only its promtool is used (tests check /metrics); no daemon is started
 )
 

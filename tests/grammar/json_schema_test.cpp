@@ -2,6 +2,7 @@
 // generation checked by an independent validator, the whitespace and shape policy, and
 // the errors for what the converter refuses.
 #include "grammar_test_util.h"
+#include "random_generation.h"
 #include "schema_corpus.h"
 #include "schema_validator.h"
 
@@ -91,12 +92,6 @@ std::vector<std::string> corpus_vocabulary() {
     return out;
 }
 
-size_t closers(std::string_view piece) {
-    size_t n = 0;
-    for (char c : piece) n += c == '}' || c == ']' || c == '"';
-    return n;
-}
-
 TEST(JsonSchemaGeneration, RandomAllowedTokensAlwaysMakeValidDocuments) {
     auto       pieces = corpus_vocabulary();
     const auto eos = token_id(pieces.size() - 1);
@@ -105,7 +100,7 @@ TEST(JsonSchemaGeneration, RandomAllowedTokensAlwaysMakeValidDocuments) {
     const token_trie & vocab = **vocab_r;
 
     std::mt19937 rng(20240615);
-    size_t       n_docs = 0, n_unfinished = 0, n_property_checks = 0;
+    size_t       n_docs = 0, n_unfinished = 0, n_mask_checks = 0;
     for (const auto & c : schema_corpus()) {
         SCOPED_TRACE(c.name);
         ojson schema = ojson::parse(c.schema);
@@ -113,52 +108,25 @@ TEST(JsonSchemaGeneration, RandomAllowedTokensAlwaysMakeValidDocuments) {
         ASSERT_TRUE(g);
         schema_validator validator(schema);
         for (int run = 0; run < 12; ++run) {
-            matcher     m(g);
-            std::string out, trace;
-            bool        ended = false;
-            token_mask  mask;
-            for (int step = 0; step < 1500 && !ended; ++step) {
-                ASSERT_TRUE(m.allowed_tokens(vocab, mask).is_ok()) << m.error().to_string();
-                auto ids = mask.ids();
-                ASSERT_FALSE(ids.empty()) << "stuck after " << out << " [" << trace << "]";
-                if (step % 11 == 0) {
-                    for (token_id id = 0; id < vocab.n_vocab(); ++id) {
-                        ASSERT_EQ(mask.test(id), m.accepts_token(vocab, id)) << "after " << out << " token " << id;
-                    }
-                    ++n_property_checks;
-                }
-                // Past a soft length, prefer ending: the end token when allowed, else
-                // tokens that close strings, arrays and objects.
-                const bool hurry = step > 40;
-                if (mask.test(eos) && (hurry || ids.size() == 1 || rng() % 4 == 0)) {
-                    ASSERT_TRUE(m.advance_token(vocab, eos).is_ok());
-                    ended = true;
-                    break;
-                }
-                std::vector<double> weights;
-                for (token_id id : ids) {
-                    weights.push_back(id == eos ? 0.0 : 1.0 + (hurry ? 200.0 * double(closers(vocab.piece(id))) : 0.0));
-                }
-                std::discrete_distribution<size_t> pick(weights.begin(), weights.end());
-                token_id id = ids[pick(rng)];
-                ASSERT_TRUE(m.advance_token(vocab, id).is_ok());
-                out += vocab.piece(id);
-                trace += "|" + std::string(vocab.piece(id));
-            }
-            if (!ended) {
+            matcher            m(g);
+            testing::generation gen;
+            testing::generate(m, vocab, rng, {}, gen);
+            if (::testing::Test::HasFatalFailure()) return;
+            n_mask_checks += gen.n_mask_checks;
+            if (!gen.ended) {
                 ++n_unfinished;
                 continue;
             }
             ++n_docs;
-            ojson value = ojson::parse(out, nullptr, false);
-            ASSERT_FALSE(value.is_discarded()) << "not JSON: " << out;
+            ojson value = ojson::parse(gen.text, nullptr, false);
+            ASSERT_FALSE(value.is_discarded()) << "not JSON: " << gen.text;
             std::string why;
-            EXPECT_TRUE(validator.validate(value, &why)) << out << "\n" << why;
+            EXPECT_TRUE(validator.validate(value, &why)) << gen.text << "\n" << why;
         }
     }
     EXPECT_GT(n_docs, n_unfinished * 10) << n_docs << " documents, " << n_unfinished << " unfinished";
-    std::printf("generated %zu documents (%zu unfinished), %zu mask checks\n", n_docs, n_unfinished, n_property_checks);
-    EXPECT_GT(n_property_checks, 100u);
+    EXPECT_GT(n_mask_checks, 100u);
+    std::printf("generated %zu documents (%zu unfinished), %zu mask checks\n", n_docs, n_unfinished, n_mask_checks);
 }
 
 // --- the shape policy ------------------------------------------------------------------

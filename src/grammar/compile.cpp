@@ -26,6 +26,13 @@ bool char_class::intersects(uint32_t lo, uint32_t hi) const {
     return it != ranges.end() && it->first <= hi;
 }
 
+bool char_class::covers(uint32_t lo, uint32_t hi) const {
+    // Ranges are merged, so [lo, hi] is covered only by the one range that holds lo.
+    auto it = std::lower_bound(ranges.begin(), ranges.end(), lo,
+                               [](const std::pair<uint32_t, uint32_t> & r, uint32_t v) { return r.second < v; });
+    return it != ranges.end() && it->first <= lo && hi <= it->second;
+}
+
 char_class make_char_class(std::vector<std::pair<uint32_t, uint32_t>> ranges, bool negated) {
     std::sort(ranges.begin(), ranges.end());
     std::vector<std::pair<uint32_t, uint32_t>> merged;

@@ -1,4 +1,5 @@
 #include "grammar/engine.h"
+#include "grammar/utf8.h"
 
 #include <algorithm>
 
@@ -28,13 +29,15 @@ void engine::clear_memo() {
     transitions_.clear();
     loop_sets_.clear();
     masks_.clear();
+    mask_bytes_ = 0;
+    rows_.clear();
+    n_rows_ = 0;
 }
 
 size_t engine::memo_bytes() const {
     size_t n = nodes_.size() * sizeof(node) + node_ids_.bytes() + states_.size() * sizeof(state_rec) +
                stack_pool_.size() * sizeof(uint32_t) + state_ids_.bytes() + transitions_.bytes() +
-               loop_sets_.size() * sizeof(loop_sets_[0]);
-    for (const auto & m : masks_) n += m.words.size() * sizeof(uint64_t);
+               loop_sets_.size() * sizeof(loop_sets_[0]) + mask_bytes_ + rows_.size() * sizeof(uint32_t);
     return n;
 }
 
@@ -154,11 +157,44 @@ uint32_t engine::partial_state(uint32_t state, uint32_t cp, uint8_t need, uint8_
     return intern_state(scratch_stacks_, false, cp, need, len);
 }
 
+bool engine::takes_all_non_ascii(uint32_t state) {
+    state_rec & r = states_[state];
+    if (r.non_ascii == 0) {
+        bool uniform = r.need == 0, some = false;
+        for (uint32_t i = 0; i < r.n_stacks && uniform; ++i) {
+            const char_class & c = g_.classes[g_.symbols[nodes_[stack_pool_[r.stacks_begin + i]].pos].index];
+            bool all = c.covers(0x80, 0xD7FF) && c.covers(0xE000, max_code_point);
+            some = some || all;
+            uniform = all || !c.intersects(0x80, max_code_point);
+        }
+        r.non_ascii = uniform && some ? 1 : 2;
+    }
+    return r.non_ascii == 1;
+}
+
 uint32_t engine::compute_step(uint32_t state, uint8_t byte) {
     if (state == dead_state || failed()) return dead_state;
+    ++stats_.n_steps_computed;
     const state_rec r = states_[state];
     uint32_t next = dead_state;
-    if (r.need == 0) {
+    if (r.need > 0 && (r.partial_cp & canonical_partial)) {
+        // Only well-formedness matters; a completed character acts as U+0080 would.
+        uint8_t d = utf8::utf8_next(uint8_t(r.partial_cp & 0xFF), byte);
+        if (d == utf8::at_boundary) {
+            next = apply_code_point(state, 0x80);
+        } else if (d != utf8::utf8_error) {
+            scratch_stacks_.assign(stack_pool_.begin() + long(r.stacks_begin),
+                                   stack_pool_.begin() + long(r.stacks_begin + r.n_stacks));
+            next = intern_state(scratch_stacks_, false, canonical_partial | d, utf8::utf8_needed(d), 0);
+        }
+    } else if (r.need == 0 && byte >= 0x80 && takes_all_non_ascii(state)) {
+        uint8_t d = utf8::utf8_next(utf8::at_boundary, byte);
+        if (d != utf8::utf8_error) {
+            scratch_stacks_.assign(stack_pool_.begin() + long(r.stacks_begin),
+                                   stack_pool_.begin() + long(r.stacks_begin + r.n_stacks));
+            next = intern_state(scratch_stacks_, false, canonical_partial | d, utf8::utf8_needed(d), 0);
+        }
+    } else if (r.need == 0) {
         if (byte < 0x80) next = apply_code_point(state, byte);
         else if ((byte & 0xE0) == 0xC0) next = partial_state(state, byte & 0x1Fu, 1, 2);
         else if ((byte & 0xF0) == 0xE0) next = partial_state(state, byte & 0x0Fu, 2, 3);
@@ -178,16 +214,22 @@ uint32_t engine::compute_step(uint32_t state, uint8_t byte) {
     return next;
 }
 
-const std::array<uint64_t, 2> & engine::ascii_loops(uint32_t s) {
-    if (states_[s].ascii_loops < 0) {
-        std::array<uint64_t, 2> loops{0, 0};
+const engine::loop_set & engine::loops(uint32_t s) {
+    if (states_[s].loops < 0) {
+        loop_set l;
         for (uint32_t b = 0; b < 128 && !failed(); ++b) {
-            if (step(s, uint8_t(b)) == s) loops[b >> 6] |= uint64_t{1} << (b & 63);
+            if (step(s, uint8_t(b)) == s) l.ascii[b >> 6] |= uint64_t{1} << (b & 63);
         }
-        states_[s].ascii_loops = int32_t(loop_sets_.size());
-        loop_sets_.push_back(loops);
+        // Every non-ASCII character leads back here when the state takes them all
+        // alike and one of them, U+0080, does.
+        if (!failed() && takes_all_non_ascii(s)) {
+            uint32_t t = step(s, 0xC2);
+            l.non_ascii = t != dead_state && !failed() && step(t, 0x80) == s;
+        }
+        states_[s].loops = int32_t(loop_sets_.size());
+        loop_sets_.push_back(l);
     }
-    return loop_sets_[size_t(states_[s].ascii_loops)];
+    return loop_sets_[size_t(states_[s].loops)];
 }
 
 engine::exported_state engine::export_state(uint32_t s) const {
@@ -245,6 +287,7 @@ status engine::allowed_tokens(uint32_t & s, const trie_data & vocab, token_mask 
     mask.reset(int32_t(vocab.pieces.size()));
     if (vocab.serial != mask_vocab_serial_) {
         masks_.clear();
+        mask_bytes_ = 0;
         mask_vocab_serial_ = vocab.serial;
     }
     for (const auto & m : masks_) {
@@ -262,8 +305,10 @@ status engine::allowed_tokens(uint32_t & s, const trie_data & vocab, token_mask 
     };
     walk_.clear();
     walk_.push_back({1, vocab.nodes[0].sub_end, s});
+    uint32_t n_iterations = 0;
     while (!walk_.empty()) {
-        if (over_budget()) {
+        // The memo grows by a bounded amount per step, so checking now and then is enough.
+        if ((++n_iterations & 255) == 0 && over_budget()) {
             compact_walk(s);
             if (failed()) return error_;
         }
@@ -275,18 +320,20 @@ status engine::allowed_tokens(uint32_t & s, const trie_data & vocab, token_mask 
         const uint32_t    v = f.next_child;
         const trie_node & nd = vocab.nodes[v];
         f.next_child = nd.sub_end;
+        ++stats_.n_nodes_walked;
         const uint32_t t = step(f.state, nd.byte);
         if (failed()) return error_;
         if (t == dead_state) continue;
         mark(nd.tok_begin, nd.tok_here_end);
         if (nd.sub_end == v + 1) continue;
-        // Every byte below leads back to this same live state (a string's characters,
-        // digits...): the whole subtree is allowed without walking it.
-        if (nd.ascii_below >= 0 && states_[t].need == 0) {
-            const auto & loops = ascii_loops(t);
+        // Every character below leads back to this same live state (a string's
+        // characters, digits...): the whole subtree is allowed without walking it.
+        if (nd.bulk >= 0 && states_[t].need == 0) {
+            const loop_set & l = loops(t);
             if (failed()) return error_;
-            const auto & below = vocab.ascii_sets[size_t(nd.ascii_below)];
-            if ((below[0] & ~loops[0]) == 0 && (below[1] & ~loops[1]) == 0) {
+            const bulk_set & below = vocab.bulk_sets[size_t(nd.bulk)];
+            if ((below.ascii[0] & ~l.ascii[0]) == 0 && (below.ascii[1] & ~l.ascii[1]) == 0 &&
+                (!below.non_ascii || l.non_ascii)) {
                 mark(nd.tok_here_end, nd.tok_end);
                 ++stats_.n_bulk_subtrees;
                 continue;
@@ -295,8 +342,12 @@ status engine::allowed_tokens(uint32_t & s, const trie_data & vocab, token_mask 
         walk_.push_back({v + 1, nd.sub_end, t});
     }
     if (limits_.max_cached_masks > 0) {
-        if (masks_.size() >= limits_.max_cached_masks) masks_.pop_front();
+        if (masks_.size() >= limits_.max_cached_masks) {
+            mask_bytes_ -= masks_.front().words.size() * sizeof(uint64_t);
+            masks_.pop_front();
+        }
         masks_.push_back({s, mask.words()});
+        mask_bytes_ += mask.words().size() * sizeof(uint64_t);
     }
     return status::ok();
 }

@@ -40,9 +40,17 @@ public:
     // The state after `byte` (dead_state when the byte cannot come next).
     // REQUIRES !failed(). On a limit exceeded, returns dead_state and sets failed().
     uint32_t step(uint32_t state, uint8_t byte) {
-        size_t slot = transitions_.find(transition_key(state, byte));
-        if (slot != u64_map::npos) return transitions_.value(slot);
-        return compute_step(state, byte);
+        state_rec & r = states_[state];
+        if (r.row >= 0) {
+            uint32_t & cell = rows_[size_t(r.row) * 256 + byte];
+            if (cell == unknown_state) cell = lookup_step(state, byte);
+            return cell;
+        }
+        if (++r.n_steps == row_after_steps && n_rows_ < max_rows) {
+            r.row = int32_t(n_rows_++);
+            rows_.resize(n_rows_ * 256, unknown_state);
+        }
+        return lookup_step(state, byte);
     }
 
     bool   failed() const { return !error_.is_ok(); }
@@ -80,7 +88,10 @@ private:
         uint8_t  need = 0;          // continuation bytes it still needs
         uint8_t  partial_len = 0;   // its encoded length
         bool     accepting = false; // a stack is empty: the match may end here
-        int32_t  ascii_loops = -1;  // into loop_sets_: ASCII bytes that lead back here
+        int32_t  loops = -1;        // into loop_sets_: characters that lead back here
+        int32_t  row = -1;          // into rows_, once the state is hot
+        uint32_t n_steps = 0;       // steps asked of it (until it gets a row)
+        uint8_t  non_ascii = 0;     // 0 unknown, 1 uniform (see canonical_partial), 2 not
         uint64_t hash = 0;
     };
     struct exported_state {
@@ -103,7 +114,24 @@ private:
     std::vector<uint32_t>  stack_pool_;
     u64_map                state_ids_;    // hash → id (several ids may share a hash)
     u64_map                transitions_;  // (state, byte) → state
-    std::vector<std::array<uint64_t, 2>> loop_sets_;
+    // Hot states (the inside of a string, visited at most trie nodes) get a dense row of
+    // their 256 transitions: one load instead of a hash probe.
+    static constexpr uint32_t unknown_state = ~uint32_t{0};
+    static constexpr uint32_t row_after_steps = 64;
+    static constexpr size_t   max_rows = 1024;
+    std::vector<uint32_t>  rows_;
+    size_t                 n_rows_ = 0;
+
+    uint32_t lookup_step(uint32_t state, uint8_t byte) {
+        size_t slot = transitions_.find(transition_key(state, byte));
+        if (slot != u64_map::npos) return transitions_.value(slot);
+        return compute_step(state, byte);
+    }
+    struct loop_set {
+        uint64_t ascii[2] = {0, 0};  // ASCII bytes that lead back to the state
+        bool     non_ascii = false;  // every non-ASCII character does too
+    };
+    std::vector<loop_set> loop_sets_;
 
     // Whole masks for recent states of one vocabulary, oldest first.
     struct cached_mask {
@@ -112,6 +140,7 @@ private:
     };
     uint64_t                mask_vocab_serial_ = 0;
     std::deque<cached_mask> masks_;
+    size_t                  mask_bytes_ = 0;  // the words held in masks_
 
     // Scratch of one step.
     std::vector<uint32_t>                   scratch_stacks_;
@@ -128,12 +157,18 @@ private:
     uint32_t compute_step(uint32_t state, uint8_t byte);
     uint32_t apply_code_point(uint32_t state, uint32_t cp);
     uint32_t partial_state(uint32_t state, uint32_t cp, uint8_t need, uint8_t len);
+    // A state whose stacks each take every non-ASCII character or none (and some take
+    // them): which character a partial one becomes does not matter, so its partial
+    // states keep only the UTF-8 decoder's state (partial_cp = canonical_partial | it),
+    // a handful instead of one per prefix. The inside of a JSON string is such a state.
+    static constexpr uint32_t canonical_partial = 0x80000000u;
+    bool     takes_all_non_ascii(uint32_t state);
     // Expands worklist_ into terminal-topped stacks (scratch_stacks_) and `accepting`.
     bool     settle(bool & accepting);
     uint32_t intern_node(uint32_t pos, uint32_t parent);
     uint32_t intern_state(const std::vector<uint32_t> & sorted_stacks, bool accepting, uint32_t partial_cp,
                           uint8_t need, uint8_t partial_len);
-    const std::array<uint64_t, 2> & ascii_loops(uint32_t s);
+    const loop_set & loops(uint32_t s);
     void     fail(std::string message);
 
     void           clear_memo();

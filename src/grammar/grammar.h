@@ -171,6 +171,8 @@ struct matcher_stats {
     uint64_t n_mask_cache_hits = 0;  // allowed_tokens answered from a remembered mask
     uint64_t n_bulk_subtrees = 0;    // trie subtrees allowed whole without walking them
     uint64_t n_compactions = 0;      // times the memo went past its budget
+    uint64_t n_nodes_walked = 0;     // trie nodes visited by allowed_tokens
+    uint64_t n_steps_computed = 0;   // byte transitions computed (memo misses)
 };
 
 // Where a generation stands in a grammar: which bytes may come next, whether it may end.

@@ -34,6 +34,8 @@ struct char_class {
     bool contains(uint32_t cp) const;
     // Some code point in [lo, hi] is in the set.
     bool intersects(uint32_t lo, uint32_t hi) const;
+    // Every code point in [lo, hi] is. REQUIRES [lo, hi] holds no surrogate.
+    bool covers(uint32_t lo, uint32_t hi) const;
 };
 
 struct grammar_data {

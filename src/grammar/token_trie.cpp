@@ -1,6 +1,7 @@
 // Building the vocabulary trie, and the token mask.
 #include "grammar/grammar.h"
 #include "grammar/trie_data.h"
+#include "grammar/utf8.h"
 
 #include <algorithm>
 #include <atomic>
@@ -9,6 +10,8 @@
 namespace skippy::grammar {
 
 namespace {
+
+using namespace detail::utf8;
 
 std::atomic<uint64_t> next_trie_serial{1};
 
@@ -41,6 +44,7 @@ result<token_trie_ptr> token_trie::build(std::vector<std::string> pieces,
         uint32_t node, depth, cursor, end;
         uint64_t below[2];
         bool     below_non_ascii;
+        uint8_t  utf8_ok;  // bit s: from decoder state s here, every token below is well-formed
     };
     std::vector<frame> stack;
     auto open_node = [&](uint8_t byte, uint32_t depth, uint32_t begin, uint32_t end) {
@@ -53,7 +57,7 @@ result<token_trie_ptr> token_trie::build(std::vector<std::string> pieces,
         while (here < end && p[size_t(d->order[here])].size() == depth) ++here;
         n.tok_here_end = here;
         d->nodes.push_back(n);
-        stack.push_back({v, depth, here, end, {0, 0}, false});
+        stack.push_back({v, depth, here, end, {0, 0}, false, 0xFF});
     };
     open_node(0, 0, 0, uint32_t(d->order.size()));
     while (!stack.empty()) {
@@ -61,13 +65,14 @@ result<token_trie_ptr> token_trie::build(std::vector<std::string> pieces,
         if (f.cursor == f.end) {
             detail::trie_node & n = d->nodes[f.node];
             n.sub_end = uint32_t(d->nodes.size());
-            if (!f.below_non_ascii && n.tok_end - n.tok_here_end >= detail::trie_bulk_min_tokens) {
-                n.ascii_below = int32_t(d->ascii_sets.size());
-                d->ascii_sets.push_back({f.below[0], f.below[1]});
+            if ((f.utf8_ok & (1u << at_boundary)) && n.tok_end - n.tok_here_end >= detail::trie_bulk_min_tokens) {
+                n.bulk = int32_t(d->bulk_sets.size());
+                d->bulk_sets.push_back({{f.below[0], f.below[1]}, f.below_non_ascii});
             }
             uint8_t  byte = n.byte;
             uint64_t below[2] = {f.below[0], f.below[1]};
             bool     non_ascii = f.below_non_ascii;
+            uint8_t  ok = f.utf8_ok;
             uint32_t node = f.node;
             stack.pop_back();
             if (!stack.empty() && node != 0) {
@@ -77,6 +82,10 @@ result<token_trie_ptr> token_trie::build(std::vector<std::string> pieces,
                 parent.below_non_ascii |= non_ascii;
                 if (byte < 128) parent.below[byte >> 6] |= uint64_t{1} << (byte & 63);
                 else parent.below_non_ascii = true;
+                for (uint8_t st = 0; st < n_utf8_states; ++st) {
+                    uint8_t next = utf8_next(st, byte);
+                    if (next == utf8_error || !(ok & (1u << next))) parent.utf8_ok &= uint8_t(~(1u << st));
+                }
             }
             continue;
         }

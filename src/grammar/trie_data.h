@@ -19,14 +19,20 @@
 
 namespace skippy::grammar::detail {
 
+struct bulk_set {
+    uint64_t ascii[2] = {0, 0};  // the ASCII bytes below
+    bool     non_ascii = false;  // some character below is not ASCII
+};
+
 struct trie_node {
     uint32_t sub_end = 0;
     uint32_t tok_begin = 0;
     uint32_t tok_here_end = 0;
     uint32_t tok_end = 0;
-    // The bytes below this node (not its own) as a 128-bit set, when they are all ASCII
-    // and the subtree is big enough to be worth a bulk check; else -1.
-    int32_t  ascii_below = -1;
+    // For a subtree big enough to be worth a bulk check, whose tokens all continue
+    // with well-formed UTF-8 from a character boundary here: index into bulk_sets of
+    // the bytes below this node (not its own); else -1.
+    int32_t  bulk = -1;
     uint8_t  byte = 0;
 };
 
@@ -34,13 +40,13 @@ struct trie_data {
     std::vector<std::string>             pieces;
     std::vector<trie_node>               nodes;
     std::vector<token_id>                order;
-    std::vector<std::array<uint64_t, 2>> ascii_sets;
+    std::vector<bulk_set>                bulk_sets;
     std::vector<token_id>                end_of_generation;  // ascending, unique
     std::vector<uint8_t>                 is_end_of_generation;
     uint64_t                             serial = 0;
 };
 
-// Subtrees with at least this many tokens below the node get an ascii_below set.
-constexpr uint32_t trie_bulk_min_tokens = 16;
+// Subtrees with at least this many tokens below the node get a bulk set.
+constexpr uint32_t trie_bulk_min_tokens = 4;
 
 }  // namespace skippy::grammar::detail

@@ -50,4 +50,50 @@ inline void append_utf8(std::string & out, uint32_t cp) {
     }
 }
 
+// Well-formed UTF-8 as a small automaton over the decoder's states: at a character
+// boundary, or inside a character with the ranges its next byte may take (Unicode's
+// table of well-formed byte sequences: no overlong forms, surrogates or > U+10FFFF).
+namespace utf8 {
+
+enum state : uint8_t {
+    at_boundary, need1, need2, need2_e0, need2_ed, need3, need3_f0, need3_f4, n_utf8_states,
+    utf8_error = n_utf8_states
+};
+
+inline uint8_t utf8_next(uint8_t st, uint8_t b) {
+    const bool cont = b >= 0x80 && b <= 0xBF;
+    switch (st) {
+        case at_boundary:
+            if (b < 0x80) return at_boundary;
+            if (b >= 0xC2 && b <= 0xDF) return need1;
+            if (b == 0xE0) return need2_e0;
+            if (b == 0xED) return need2_ed;
+            if (b >= 0xE1 && b <= 0xEF) return need2;
+            if (b == 0xF0) return need3_f0;
+            if (b >= 0xF1 && b <= 0xF3) return need3;
+            if (b == 0xF4) return need3_f4;
+            return utf8_error;
+        case need1: return cont ? at_boundary : utf8_error;
+        case need2: return cont ? need1 : utf8_error;
+        case need2_e0: return b >= 0xA0 && b <= 0xBF ? need1 : utf8_error;
+        case need2_ed: return b >= 0x80 && b <= 0x9F ? need1 : utf8_error;
+        case need3: return cont ? need2 : utf8_error;
+        case need3_f0: return b >= 0x90 && b <= 0xBF ? need2 : utf8_error;
+        case need3_f4: return b >= 0x80 && b <= 0x8F ? need2 : utf8_error;
+        default: return utf8_error;
+    }
+}
+
+// Continuation bytes a decoder state still needs.
+inline uint8_t utf8_needed(uint8_t st) {
+    switch (st) {
+        case need1: return 1;
+        case need2: case need2_e0: case need2_ed: return 2;
+        case need3: case need3_f0: case need3_f4: return 3;
+        default: return 0;
+    }
+}
+
+}  // namespace utf8
+
 }  // namespace skippy::grammar::detail

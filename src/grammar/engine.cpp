@@ -7,7 +7,12 @@ namespace skippy::grammar::detail {
 
 engine::engine(const grammar_data & g, const matcher_limits & limits) : g_(g), limits_(limits) {
     clear_memo();
-    // The start: every alternative of root, with nothing below.
+    make_start();
+}
+
+void engine::make_start() {
+    // Every alternative of root, with nothing below.
+    work_ = 0;
     worklist_.clear();
     for (uint32_t a = g_.rule_alt_begin[g_.root]; a < g_.rule_alt_begin[g_.root + 1]; ++a) {
         worklist_.emplace_back(g_.alt_starts[a], 0);

@@ -34,7 +34,8 @@ class engine {
 public:
     engine(const grammar_data & g, const matcher_limits & limits);
 
-    // The start state of the grammar (or dead_state when failed()).
+    // The start state of the grammar (or dead_state when failed()). After a failure
+    // that made no start state, clear_error() tries again.
     uint32_t start() const { return start_; }
 
     // The state after `byte` (dead_state when the byte cannot come next).
@@ -55,7 +56,10 @@ public:
 
     bool   failed() const { return !error_.is_ok(); }
     status error() const { return error_; }
-    void   clear_error() { error_ = status::ok(); }
+    void   clear_error() {
+        error_ = status::ok();
+        if (start_ == dead_state) make_start();
+    }
 
     // Starts a public call: resets the work counter, compacts when over budget keeping
     // `*keep` (updated in place).
@@ -154,6 +158,7 @@ private:
 
     static uint64_t transition_key(uint32_t state, uint8_t byte) { return (uint64_t(state) << 8) | byte; }
 
+    void     make_start();
     uint32_t compute_step(uint32_t state, uint8_t byte);
     uint32_t apply_code_point(uint32_t state, uint32_t cp);
     uint32_t partial_state(uint32_t state, uint32_t cp, uint8_t need, uint8_t len);

@@ -207,8 +207,44 @@ public:
 
     result<std::string> run() {
         SKIPPY_ASSIGN_OR_RETURN(std::string root_expr, visit(root_, "#", "root", 0));
+        // Only the rules root reaches (an optional property's rules for the case where
+        // nothing precedes it may go unused, for instance).
+        std::set<std::string> reached;
+        std::vector<std::string> todo = references(root_expr);
+        while (!todo.empty()) {
+            std::string name = std::move(todo.back());
+            todo.pop_back();
+            if (!rules_.count(name) || !reached.insert(name).second) continue;
+            for (auto & r : references(rules_.at(name))) todo.push_back(std::move(r));
+        }
         std::string out = "root ::= " + root_expr + "\n";
-        for (const auto & name : order_) out += name + " ::= " + rules_.at(name) + "\n";
+        for (const auto & name : order_) {
+            if (reached.count(name)) out += name + " ::= " + rules_.at(name) + "\n";
+        }
+        return out;
+    }
+
+    // The rule names a GBNF body mentions (outside literals and classes).
+    static std::vector<std::string> references(const std::string & body) {
+        std::vector<std::string> out;
+        for (size_t i = 0; i < body.size();) {
+            char c = body[i];
+            if (c == '"' || c == '[') {
+                const char close = c == '"' ? '"' : ']';
+                for (++i; i < body.size() && body[i] != close; ++i) {
+                    if (body[i] == '\\') ++i;
+                }
+                ++i;
+            } else if (std::isalnum(uint8_t(c)) || c == '-' || c == '_') {
+                size_t start = i;
+                while (i < body.size() && (std::isalnum(uint8_t(body[i])) || body[i] == '-' || body[i] == '_')) ++i;
+                out.push_back(body.substr(start, i - start));
+            } else if (c == '{') {
+                while (i < body.size() && body[i] != '}') ++i;  // a repetition count
+            } else {
+                ++i;
+            }
+        }
         return out;
     }
 
@@ -221,6 +257,7 @@ private:
     std::unordered_map<std::string, std::string> ref_names_;  // pointer → rule
     std::set<std::string>       used_primitives_;
     std::set<std::string>       taken_;  // rule names handed out
+    size_t                      n_visits_ = 0;  // schemas visited (inlined copies count each time)
 
     status invalid(const std::string & path, const std::string & what) const {
         return make_error(error_code::invalid_argument, "json schema " + path + ": " + what);
@@ -439,6 +476,11 @@ private:
 
     // A value of `s`, as a GBNF expression ending with ws.
     result<std::string> visit(const ojson & s, const std::string & path, const std::string & name, uint32_t depth) {
+        // Merged schemas ($ref with siblings, anyOf siblings) are visited as copies, which
+        // nesting could multiply: bound the work, not only the depth.
+        if (++n_visits_ > 5 * options_.max_rules) {
+            return invalid(path, "schema needs more than " + std::to_string(5 * options_.max_rules) + " expansions");
+        }
         if (depth > options_.max_depth) {
             return invalid(path, "schema nested deeper than " + std::to_string(options_.max_depth));
         }
@@ -705,11 +747,19 @@ private:
 
     // --- arrays ----------------------------------------------------------------------
 
-    result<int64_t> count_keyword(const ojson & s, const char * key, const std::string & path) {
+    // A count (minItems, maxLength, ...). Counts become repetitions, which compile()
+    // bounds (grammar_limits::max_repetition): above that a minimum is unsupported, and
+    // so is a maximum in strict mode; lax mode drops the maximum (-1: none).
+    static constexpr int64_t max_count = 10000;
+
+    result<int64_t> count_keyword(const ojson & s, const char * key, const std::string & path, bool is_max) {
         const ojson & v = s[key];
         if (!is_integer_valued(v) || v.get<double>() < 0) return invalid(path, std::string(key) + " must be a non-negative integer");
         double d = v.get<double>();
-        if (d > 1e9) return unsupported(path, std::string(key) + " too large");
+        if (d > double(max_count)) {
+            if (is_max && !options_.strict) return int64_t{-1};
+            return unsupported(path, std::string(key) + " above " + std::to_string(max_count));
+        }
         return int64_t(d);
     }
 
@@ -737,8 +787,8 @@ private:
         if (*items == ojson(false)) items = nullptr;
 
         int64_t min = 0, max = -1;
-        if (s.contains("minItems")) { SKIPPY_ASSIGN_OR_RETURN(min, count_keyword(s, "minItems", path)); }
-        if (s.contains("maxItems")) { SKIPPY_ASSIGN_OR_RETURN(max, count_keyword(s, "maxItems", path)); }
+        if (s.contains("minItems")) { SKIPPY_ASSIGN_OR_RETURN(min, count_keyword(s, "minItems", path, false)); }
+        if (s.contains("maxItems")) { SKIPPY_ASSIGN_OR_RETURN(max, count_keyword(s, "maxItems", path, true)); }
         const auto k = int64_t(prefix.size());
         if (!items && (max < 0 || max > k)) max = k;
         if (max >= 0 && min > max) return invalid(path, "minItems above the items the array may hold");
@@ -779,8 +829,8 @@ private:
 
     result<std::string> visit_string(const ojson & s, const std::string & path, const std::string & name) {
         int64_t min = 0, max = -1;
-        if (s.contains("minLength")) { SKIPPY_ASSIGN_OR_RETURN(min, count_keyword(s, "minLength", path)); }
-        if (s.contains("maxLength")) { SKIPPY_ASSIGN_OR_RETURN(max, count_keyword(s, "maxLength", path)); }
+        if (s.contains("minLength")) { SKIPPY_ASSIGN_OR_RETURN(min, count_keyword(s, "minLength", path, false)); }
+        if (s.contains("maxLength")) { SKIPPY_ASSIGN_OR_RETURN(max, count_keyword(s, "maxLength", path, true)); }
         if (max >= 0 && min > max) return invalid(path, "minLength above maxLength");
         const bool lengths = s.contains("minLength") || s.contains("maxLength");
         const std::string quote = "\"\\\"\"";
@@ -806,7 +856,6 @@ private:
             }
         }
         if (lengths) {
-            if (min > 100000 || max > 100000) return unsupported(path, "string lengths above 100000");
             return add_rule(name, quote + " " + repeat(use("char"), min, max) + " " + quote + " " + w);
         }
         return use("string") + " " + w;

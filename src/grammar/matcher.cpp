@@ -26,7 +26,7 @@ matcher::matcher(matcher &&) noexcept = default;
 matcher & matcher::operator=(matcher &&) noexcept = default;
 
 void matcher::reset() {
-    engine_->clear_error();
+    engine_->clear_error();  // (makes the start anew if a failure had left none)
     state_ = engine_->start();
     ended_ = false;
 }

@@ -328,6 +328,25 @@ x ::= "a" | "aa" | "aaa" | "a" x "b")");
     EXPECT_TRUE(m.advance("a").is_ok());
 }
 
+TEST(Matcher, AStartThatHitsALimitFailsUntilReset) {
+    // 64 alternatives of root at once, with room for only 8 stacks.
+    std::string text = "root ::= x\nx ::= [a-z]";
+    for (int i = 0; i < 63; ++i) text += " | \"" + std::string(1, char('A' + i % 26)) + std::to_string(i) + "\"";
+    auto           g = must_compile(text);
+    matcher_limits limits;
+    limits.max_stacks = 8;
+    matcher m(g, limits);
+    EXPECT_FALSE(m.error().is_ok());
+    EXPECT_FALSE(m.accepts("a"));
+    token_mask mask;
+    auto       vocab = token_trie::build({"a"}, {});
+    ASSERT_TRUE(vocab.is_ok());
+    EXPECT_FALSE(m.allowed_tokens(**vocab, mask).is_ok());
+    m.reset();  // the same limits fail again: never a silently dead matcher
+    EXPECT_FALSE(m.error().is_ok());
+    EXPECT_FALSE(m.allowed_tokens(**vocab, mask).is_ok());
+}
+
 TEST(Matcher, TheWorkLimitStopsAnExpensiveCall) {
     auto g = must_compile(R"(root ::= x*
 x ::= "a" | "aa" | "a" x "b")");

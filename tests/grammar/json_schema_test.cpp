@@ -196,6 +196,29 @@ TEST(JsonSchemaPolicy, JsonObjectModeIsAnyObject) {
     EXPECT_FALSE(matches(g, "{\"a\" 1}"));
 }
 
+TEST(JsonSchemaPolicy, OnlyRulesRootReachesAreWritten) {
+    auto text = gbnf_from_json_schema(std::string_view(
+        R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}})"));
+    ASSERT_TRUE(text.is_ok());
+    // Each rule but root is referenced by some other rule's body.
+    std::vector<std::string> names;
+    for (size_t at = 0; (at = text->find(" ::= ", at)) != std::string::npos; at += 5) {
+        size_t line = text->rfind('\n', at);
+        names.push_back(text->substr(line == std::string::npos ? 0 : line + 1, at - (line == std::string::npos ? 0 : line + 1)));
+    }
+    ASSERT_GT(names.size(), 3u);
+    for (const auto & n : names) {
+        if (n == "root") continue;
+        size_t uses = 0;
+        for (size_t at = 0; (at = text->find(n, at)) != std::string::npos; at += n.size()) {
+            bool whole = (at == 0 || std::string(" (\n").find((*text)[at - 1]) != std::string::npos) &&
+                         (at + n.size() == text->size() || std::string(" )*+?{\n").find((*text)[at + n.size()]) != std::string::npos);
+            uses += whole;
+        }
+        EXPECT_GE(uses, 2u) << n << " is written but never used\n" << *text;
+    }
+}
+
 TEST(JsonSchemaPolicy, TheOutputIsDeterministic) {
     const auto & c = schema_corpus()[20];
     auto a = gbnf_from_json_schema(std::string_view(c.schema));
@@ -276,6 +299,28 @@ TEST(JsonSchemaErrors, DeepSchemasHitTheDepthLimit) {
     tight.max_depth = 2;
     expect_refused(R"({"type": "array", "items": {"type": "array", "items": {"type": "array", "items": {}}}})",
                    error_code::invalid_argument, "nested deeper", tight);
+}
+
+TEST(JsonSchemaErrors, CountsAboveTheRepetitionLimit) {
+    expect_refused(R"({"type": "array", "minItems": 20000})", error_code::unsupported, "minItems above 10000");
+    expect_refused(R"({"type": "string", "maxLength": 20000})", error_code::unsupported, "maxLength above 10000");
+    json_schema_options lax;
+    lax.strict = false;
+    auto g = grammar_of(R"({"type": "string", "maxLength": 20000})", lax);
+    EXPECT_TRUE(matches(g, "\"" + std::string(300, 'x') + "\""));
+}
+
+TEST(JsonSchemaErrors, MergedCopiesCannotMultiplyWithoutBound) {
+    // Each level refers twice to the next with a sibling keyword, so each reference is
+    // visited as a merged copy: 2^40 visits without a bound.
+    std::string schema = R"({"$ref": "#/$defs/d0", "$defs": {)";
+    for (int i = 0; i < 40; ++i) {
+        std::string next = "#/$defs/d" + std::to_string(i + 1);
+        schema += "\"d" + std::to_string(i) + "\": {\"anyOf\": [{\"$ref\": \"" + next + "\", \"type\": \"object\"}, {\"$ref\": \"" +
+                  next + "\", \"type\": \"object\", \"title\": \"b\"}]}, ";
+    }
+    schema += R"("d40": {"type": "object"}}})";
+    expect_refused(schema.c_str(), error_code::invalid_argument, "expansions");
 }
 
 TEST(JsonSchemaErrors, RuleCountIsBounded) {

@@ -68,20 +68,23 @@ private:
     bool at_end() const { return pos_ >= src_.size(); }
     char peek(size_t ahead = 0) const { return pos_ + ahead < src_.size() ? src_[pos_ + ahead] : '\0'; }
 
-    // Spaces, tabs, newlines and # comments. Newlines are plain whitespace: a rule ends
-    // where the next `name ::=` starts (a superset of llama.cpp's line rule).
-    void skip_space() {
-        while (pos_ < src_.size()) {
-            char c = src_[pos_];
+    // Spaces, tabs, newlines and # comments, from p: where they end. Newlines are plain
+    // whitespace: a rule ends where the next `name ::=` starts (a superset of
+    // llama.cpp's line rule).
+    size_t space_end(size_t p) const {
+        while (p < src_.size()) {
+            char c = src_[p];
             if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
-                ++pos_;
+                ++p;
             } else if (c == '#') {
-                while (pos_ < src_.size() && src_[pos_] != '\n') ++pos_;
+                while (p < src_.size() && src_[p] != '\n') ++p;
             } else {
                 break;
             }
         }
+        return p;
     }
+    void skip_space() { pos_ = space_end(pos_); }
 
     std::string_view scan_name() {
         size_t start = pos_;
@@ -94,16 +97,7 @@ private:
         size_t p = pos_;
         if (p >= src_.size() || !is_name_char(src_[p])) return false;
         while (p < src_.size() && is_name_char(src_[p])) ++p;
-        while (p < src_.size()) {
-            char c = src_[p];
-            if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
-                ++p;
-            } else if (c == '#') {
-                while (p < src_.size() && src_[p] != '\n') ++p;
-            } else {
-                break;
-            }
-        }
+        p = space_end(p);
         return src_.substr(p, 3) == "::=";
     }
 

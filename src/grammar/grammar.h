@@ -55,6 +55,7 @@ public:
     size_t n_rules() const;    // including synthesized ones
     size_t n_symbols() const;  // grammar elements (terminals, references, ends)
 
+    // Internal to src/grammar (compile() makes them; the matcher reads them).
     const detail::grammar_data & data() const { return *data_; }
     explicit compiled_grammar(std::unique_ptr<detail::grammar_data> data);
 
@@ -125,6 +126,7 @@ public:
     size_t           n_nodes() const;             // trie nodes (for the bench's report)
     uint64_t         serial() const;               // unique per built trie (cache key)
 
+    // Internal to src/grammar (build() makes them; the matcher walks them).
     const detail::trie_data & data() const { return *data_; }
     explicit token_trie(std::unique_ptr<detail::trie_data> data);
 

@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # Builds the fuzzers (clang, libFuzzer + ASan + UBSan) in build-fuzz and runs each on one
-# job for a bounded time: the protocol fuzzer, then the jinja template fuzzer.
-# Usage: scripts/fuzz.sh [protocol_seconds] [jinja_seconds]   (defaults 60 and 20)
+# job for a bounded time: the protocol fuzzer, the jinja template fuzzer, then the two
+# grammar fuzzers (GBNF text, JSON schemas).
+# Usage: scripts/fuzz.sh [protocol_seconds] [jinja_seconds] [grammar_seconds]
+#   (defaults 60, 20 and 20; grammar_seconds is for each grammar fuzzer)
 #
-# The corpora live in build-fuzz/corpus/{protocol,jinja} (kept between runs); every run
-# first writes fresh seeds into them (protocol_fuzz_seeds: one valid message of every
-# kind; jinja_fuzz_seeds: the templates of tests/jinja and, when SKIPPY_TEST_DATA has
-# them, the vocabularies' chat templates), so the seeds always match the current code.
-# A crash leaves build-fuzz/crash-* behind: add it as a regression test in
-# tests/protocol or tests/jinja before fixing it.
+# The corpora live in build-fuzz/corpus/<target> (kept between runs); every run first
+# writes fresh seeds into them (protocol_fuzz_seeds: one valid message of every kind;
+# jinja_fuzz_seeds: the templates of tests/jinja and, when SKIPPY_TEST_DATA has them,
+# the vocabularies' chat templates; grammar_fuzz_seeds: sample grammars and the test
+# corpus's schemas), so the seeds always match the current code. A crash leaves
+# build-fuzz/crash-* behind: add it as a regression test in tests/protocol,
+# tests/jinja or tests/grammar before fixing it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 jinja_seconds=${2:-20}
+grammar_seconds=${3:-20}
 build_dir=build-fuzz
 generator=()
 if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
@@ -21,7 +25,7 @@ if [ ! -f "$build_dir/CMakeCache.txt" ]; then
     -DSKIPPY_BUILD_FUZZERS=ON -DSKIPPY_BUILD_TESTS=OFF -DSKIPPY_BUILD_BENCH=OFF >&2
 fi
 cmake --build "$build_dir" --target protocol_fuzzer protocol_fuzz_seeds jinja_fuzzer jinja_fuzz_seeds \
-  -j "$(nproc)" >&2
+  gbnf_fuzzer json_schema_fuzzer grammar_fuzz_seeds -j "$(nproc)" >&2
 
 corpus="$build_dir/corpus/protocol"
 mkdir -p "$corpus"
@@ -34,3 +38,9 @@ mkdir -p "$corpus"
 "$build_dir/fuzz/jinja_fuzz_seeds" "$corpus"
 "$build_dir/fuzz/jinja_fuzzer" -max_total_time="$jinja_seconds" -max_len=20000 -timeout=10 -rss_limit_mb=2048 \
   -print_final_stats=1 -artifact_prefix="$build_dir/" "$corpus"
+
+"$build_dir/fuzz/grammar_fuzz_seeds" "$build_dir/corpus/gbnf" "$build_dir/corpus/json_schema"
+for target in gbnf json_schema; do
+  "$build_dir/fuzz/${target}_fuzzer" -max_total_time="$grammar_seconds" -max_len=4096 -timeout=10 \
+    -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$build_dir/" "$build_dir/corpus/$target"
+done

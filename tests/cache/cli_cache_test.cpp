@@ -7,14 +7,40 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
 #include <chrono>
 #include <filesystem>
+#include <netinet/in.h>
+#include <regex>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
 namespace skippy::testing {
 namespace {
+
+// One HTTP/1.0 exchange with 127.0.0.1:port; the whole response, or "" on failure.
+std::string http(int port, const std::string & method, const std::string & path, const std::string & body = "") {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    if (::connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)) != 0) {
+        ::close(fd);
+        return "";
+    }
+    const std::string req = method + " " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    (void)::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+    std::string out;
+    char buf[8192];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(n));
+    ::close(fd);
+    return out;
+}
 
 class cli_cache : public ::testing::Test {
 protected:
@@ -109,6 +135,52 @@ TEST_F(cli_cache, TwoProcessesSharingRedisShareAPrefix) {
     ASSERT_EQ(second.size(), 2u);
     EXPECT_GT(second[0]["cached_tokens"].get<int>(), 32) << second_run.err;
     for (size_t i = 0; i < 2; ++i) EXPECT_EQ(second[i]["tokens"], first[i]["tokens"]) << "prompt " << i;
+}
+
+TEST_F(cli_cache, MetricsReportTheDiskAndRedisTiersAndPassPromtool) {
+    if (!std::filesystem::exists("/usr/bin/promtool") || !std::filesystem::exists("/usr/bin/redis-server")) {
+        if (running_in_ci()) FAIL() << "promtool or redis-server missing (scripts/setup.sh)";
+        GTEST_SKIP() << "promtool or redis-server not installed";
+    }
+    const int redis_port = free_port();
+    background_process redis({"/usr/bin/redis-server", "--port", std::to_string(redis_port), "--bind", "127.0.0.1", "--save", "",
+                              "--appendonly", "no", "--dir", dir_},
+                             dir_ + "/redis-metrics.log");
+    ASSERT_TRUE(wait_for_port("127.0.0.1", redis_port, 10000)) << redis.log();
+    const std::string disk = dir_ + "/kv-metrics";
+    background_process serve({skippy_binary_path(), "serve", "-m", model_, "--port", "0", "-t", "1", "--lanes", "1", "--stages", "2",
+                              "--kv-cache-min-tokens", "16", "--kv-cache-disk", disk, "--kv-cache-redis",
+                              "redis://127.0.0.1:" + std::to_string(redis_port)},
+                             dir_ + "/serve-metrics.log");
+    std::smatch m;
+    std::string log;
+    for (int i = 0; i < 400; ++i) {
+        log = serve.log();
+        if (std::regex_search(log, m, std::regex(R"(listening on http://127\.0\.0\.1:(\d+))"))) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_FALSE(m.empty()) << log;
+    const int port = std::stoi(m[1]);
+    std::string prompt;
+    for (int i = 0; i < 12; ++i) prompt += "the quick brown fox jumps over the lazy dog ";
+    for (const char * tail : {"one", "two"}) {
+        const std::string r = http(port, "POST", "/v1/completions",
+                                   R"({"prompt": ")" + prompt + tail + R"(", "max_tokens": 2, "temperature": 0})");
+        ASSERT_NE(r.find("200 OK"), std::string::npos) << r;
+    }
+    const std::string response = http(port, "GET", "/metrics");
+    const std::string text = response.substr(response.find("\r\n\r\n") + 4);
+    for (const char * series : {"skippy_cache_misses_total{stage=\"0\",tier=\"disk\"}", "skippy_cache_misses_total{stage=\"1\",tier=\"redis\"}",
+                                "skippy_cache_bytes{stage=\"1\",tier=\"disk\"}", "skippy_cache_hits_total{stage=\"1\",tier=\"resident\"}"}) {
+        EXPECT_NE(text.find(series), std::string::npos) << series << "\n" << text;
+    }
+    const std::string file = dir_ + "/metrics.txt";
+    std::ofstream(file) << text;
+    const command_result check = run_command({"/bin/sh", "-c", "promtool check metrics < " + file}, 60);
+    EXPECT_EQ(check.exit_code, 0) << check.out << check.err;
+    EXPECT_EQ(check.out + check.err, "") << "promtool lint findings";
+    serve.kill_now(15);
+    EXPECT_EQ(serve.wait(20000), 0) << serve.log();
 }
 
 }  // namespace

@@ -2,17 +2,15 @@
 // --kv-cache-disk D` run twice restores the second time from disk with identical
 // tokens; two `generate` processes sharing one Redis: the second hits.
 #include "common/test_data.h"
+#include "loopback.h"
 
 #include <nlohmann/json.hpp>
 
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
 #include <chrono>
 #include <filesystem>
-#include <netinet/in.h>
 #include <regex>
-#include <sys/socket.h>
 #include <unistd.h>
 #include <fstream>
 #include <sstream>
@@ -23,15 +21,8 @@ namespace {
 
 // One HTTP/1.0 exchange with 127.0.0.1:port; the whole response, or "" on failure.
 std::string http(int port, const std::string & method, const std::string & path, const std::string & body = "") {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    if (::connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)) != 0) {
-        ::close(fd);
-        return "";
-    }
+    const int fd = cache::testing::connect_loopback(port);
+    if (fd < 0) return "";
     const std::string req = method + " " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                             "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
     (void)::send(fd, req.data(), req.size(), MSG_NOSIGNAL);

@@ -32,17 +32,7 @@ using testing::files_in;
 using testing::run_of;
 using toks = std::vector<token_id>;
 
-cache_namespace make_ns(const std::string & model = "disk-model") {
-    namespace_fields f;
-    f.model_identity = model;
-    f.stage_index = 0;
-    f.layer_start = 0;
-    f.layer_end = 2;
-    f.kv_block_tokens = 4;
-    f.ctx_size = 256;
-    f.platform_tag = "test";
-    return *make_namespace(f);
-}
+cache_namespace make_ns(const std::string & model = "disk-model") { return testing::test_namespace(model); }
 
 constexpr int64_t k_page_tokens = 4;
 constexpr size_t k_payload = 200;

@@ -9,24 +9,24 @@
 
 #include "common/test_data.h"
 #include "fakes.h"
+#include "loopback.h"
 #include "tier_fakes.h"
 
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
-#include <netinet/in.h>
 #include <poll.h>
-#include <sys/socket.h>
 #include <thread>
 #include <unistd.h>
 
 namespace skippy::cache {
 namespace {
 
+using testing::connect_loopback;
 using testing::expected_kv;
+using testing::listen_loopback;
 using testing::fake_kv_backend;
 using testing::recording_sink;
 using toks = std::vector<token_id>;
@@ -42,38 +42,6 @@ std::string redis_server_binary() {
         if (std::filesystem::exists(p)) return p;
     }
     return {};
-}
-
-// A listening socket on 127.0.0.1 (port 0: any); returns the fd and sets port.
-int listen_loopback(int & port) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = 0;
-    if (::bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)) != 0 || ::listen(fd, 16) != 0) {
-        ::close(fd);
-        return -1;
-    }
-    socklen_t len = sizeof(a);
-    ::getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len);
-    port = ntohs(a.sin_port);
-    return fd;
-}
-
-int connect_loopback(int port) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    if (::connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)) != 0) {
-        ::close(fd);
-        return -1;
-    }
-    return fd;
 }
 
 // A userspace TCP proxy that holds every chunk for `delay` before passing it on.
@@ -169,17 +137,7 @@ private:
     std::thread       thread_;
 };
 
-cache_namespace make_ns() {
-    namespace_fields f;
-    f.model_identity = "model-R";
-    f.stage_index = 2;
-    f.layer_start = 4;
-    f.layer_end = 6;
-    f.kv_block_tokens = 4;
-    f.ctx_size = 64;
-    f.platform_tag = "test";
-    return *make_namespace(f);
-}
+cache_namespace make_ns() { return testing::test_namespace("model-R", 2, 4, 6); }
 
 // One "process": a pool and a cache with only the Redis tier behind the memory tiers.
 struct node {

@@ -12,6 +12,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 namespace skippy::cache {
 namespace {
@@ -22,17 +23,7 @@ using testing::fake_kv_backend;
 using testing::recording_sink;
 using toks = std::vector<token_id>;
 
-cache_namespace make_ns() {
-    namespace_fields f;
-    f.model_identity = "model-D";
-    f.stage_index = 1;
-    f.layer_start = 0;
-    f.layer_end = 2;
-    f.kv_block_tokens = 4;
-    f.ctx_size = 64;
-    f.platform_tag = "test";
-    return *make_namespace(f);
-}
+cache_namespace make_ns() { return testing::test_namespace("model-D", 1); }
 
 toks run(int32_t first, int n) { return testing::run_of(first, n); }
 toks prefix(const toks & t, size_t n) { return toks(t.begin(), t.begin() + static_cast<ptrdiff_t>(n)); }
@@ -220,6 +211,33 @@ TEST_F(disk_cache_fixture, DiskWritesStayWithinTheBound) {
     // The most recent prompt restores from disk (as the only tier).
     const toks last = run(1100, 12);
     EXPECT_EQ(request(1, last).tier, cache_tier::disk);
+    check();
+}
+
+// Two lanes restore from disk while the worker writes and evicts (run under TSan).
+TEST_F(disk_cache_fixture, LanesRestoreWhileTheWorkerWritesAndEvicts) {
+    stage_cache_config c = config();
+    c.disk_max_bytes = 6000;
+    c.max_entries = 0;
+    c.exact_max_bytes = 0;
+    start(c);
+    auto lane = [this](int32_t session) {
+        for (int i = 0; i < 40; ++i) {
+            // Prompts of a few families sharing their first 8 tokens.
+            const toks p = testing::concat(run(1000 + 100 * (i % 3), 8), run(5000 + 31 * i + 7 * session, 6));
+            request(session, p);  // checks exactness of whatever was restored
+        }
+    };
+    for (int f = 0; f < 3; ++f) {  // one prompt of each family on disk before the lanes start
+        request(0, testing::concat(run(1000 + 100 * f, 8), run(90, 6)));
+        cache->wait_for_records();
+    }
+    std::thread a(lane, 0), b(lane, 1);
+    a.join();
+    b.join();
+    cache->wait_for_records();
+    EXPECT_GT(cache->stats().disk.n_restores, 0);
+    EXPECT_LE(testing::dir_bytes(dir), 6000);
     check();
 }
 

@@ -21,6 +21,21 @@ namespace skippy::cache::testing {
 
 using toks = std::vector<token_id>;
 
+// A namespace for tests: model `model`, stage `stage`, layers [layer_start, layer_end),
+// block 4, ctx 256.
+inline cache_namespace test_namespace(const std::string & model, int32_t stage = 0, int32_t layer_start = 0,
+                                      int32_t layer_end = 2) {
+    namespace_fields f;
+    f.model_identity = model;
+    f.stage_index = stage;
+    f.layer_start = layer_start;
+    f.layer_end = layer_end;
+    f.kv_block_tokens = 4;
+    f.ctx_size = 256;
+    f.platform_tag = "test";
+    return *make_namespace(f);
+}
+
 inline toks run_of(int32_t first, int n) {
     toks t;
     for (int i = 0; i < n; ++i) t.push_back(first + i);

@@ -369,7 +369,10 @@ run_outcome http_server::impl::run(generation_job & job, const std::function<boo
     if (!res.is_ok()) {
         const status & st = res.error();
         SKIPPY_LOG_WARN("request %s failed: %s", job.meta.id.c_str(), st.to_string().c_str());
-        out.error = error_for_status(st.code() == error_code::invalid_argument ? 400 : 500, st.message());
+        // The request passed every check a stage makes (parse_request), so whatever the
+        // pipeline refuses now is the server's failure, not the client's: a broken
+        // model (non-finite logits), a stage that died.
+        out.error = error_for_status(500, st.message());
         return out;
     }
     out.gen = std::move(res).value();

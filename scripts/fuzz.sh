@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Builds the protocol fuzzer (clang, libFuzzer + ASan + UBSan) in build-fuzz and runs it
-# on one job for a bounded time. Usage: scripts/fuzz.sh [seconds]   (default 60)
+# Builds the protocol and HTTP fuzzers (clang, libFuzzer + ASan + UBSan) in build-fuzz
+# and runs each on one job for a bounded time.
+# Usage: scripts/fuzz.sh [protocol-seconds] [http-seconds]   (defaults 60 and 20)
 #
-# The corpus lives in build-fuzz/corpus/protocol (kept between runs); every run first
-# writes one valid message of every kind into it (protocol_fuzz_seeds), so the seeds
-# always match the current format. A crash leaves build-fuzz/crash-* behind:
-# add it as a regression test in tests/protocol before fixing it.
+# The corpora live in build-fuzz/corpus/{protocol,http} (kept between runs); every run
+# first writes seeds into them: one valid message of every kind (protocol_fuzz_seeds),
+# so the seeds always match the current format, and a few HTTP requests (below). A
+# crash leaves build-fuzz/crash-* behind: add it as a regression test in tests/protocol
+# or tests/http before fixing it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
+http_seconds=${2:-20}
 build_dir=build-fuzz
 generator=()
 if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
@@ -16,10 +19,20 @@ if [ ! -f "$build_dir/CMakeCache.txt" ]; then
   CC=clang CXX=clang++ cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DSKIPPY_BUILD_FUZZERS=ON -DSKIPPY_BUILD_TESTS=OFF -DSKIPPY_BUILD_BENCH=OFF >&2
 fi
-cmake --build "$build_dir" --target protocol_fuzzer protocol_fuzz_seeds -j "$(nproc)" >&2
+cmake --build "$build_dir" --target protocol_fuzzer protocol_fuzz_seeds http_fuzz -j "$(nproc)" >&2
 
 corpus="$build_dir/corpus/protocol"
 mkdir -p "$corpus"
 "$build_dir/fuzz/protocol_fuzz_seeds" "$corpus"  # seeds that match the current format
 "$build_dir/fuzz/protocol_fuzzer" -max_total_time="$seconds" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
   -print_final_stats=1 -artifact_prefix="$build_dir/" "$corpus"
+
+# HTTP seeds: the first byte chooses how the fuzzer cuts the rest into pieces.
+http_corpus="$build_dir/corpus/http"
+mkdir -p "$http_corpus"
+printf '\001GET /health HTTP/1.1\r\nHost: a\r\n\r\n' > "$http_corpus/seed-get"
+printf '\002POST /v1/completions HTTP/1.1\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\nhelloGET /x?y HTTP/1.0\r\nConnection: keep-alive\r\n\r\n' > "$http_corpus/seed-pipelined"
+printf '\003POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5;x=y\r\nhello\r\nA\r\n0123456789\r\n0\r\nT: v\r\n\r\n' > "$http_corpus/seed-chunked"
+printf '\004GET http://h/v1/models/a%%2Fb HTTP/1.1\r\nA:  b \r\nContent-Length: 0\r\n\r\n' > "$http_corpus/seed-absolute"
+"$build_dir/fuzz/http_fuzz" -max_total_time="$http_seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+  -print_final_stats=1 -artifact_prefix="$build_dir/" "$http_corpus"

@@ -127,32 +127,50 @@ size_t request_parser::fail(int http_status, std::string message, size_t consume
 size_t request_parser::feed(std::string_view data) {
     size_t used = 0;
     while (used < data.size() && state_ == parse_state::reading_head) {
-        // The terminator may straddle the bytes kept and the new ones: scan from 3
-        // bytes before the end of what is kept. Take at most one byte past the limit
-        // (to tell "at the limit" from "over it").
-        const size_t scan_from = pending_.size() >= 3 ? pending_.size() - 3 : 0;
-        const size_t room = limits_.max_head_bytes + 1 - std::min(pending_.size(), limits_.max_head_bytes);
+        // Take at most one byte past the limit (to tell "at the limit" from "over it").
+        const size_t kept = pending_.size();
+        const size_t room = limits_.max_head_bytes + 1 - std::min(kept, limits_.max_head_bytes);
         const size_t take = std::min(data.size() - used, room);
         pending_.append(data.substr(used, take));
+        // RFC 9112 §2.2: empty lines before a request line are ignored (some clients
+        // send a CRLF after a POST body). Dropped as they come, so they count against
+        // no limit and every split of the bytes sees the same head.
+        size_t skipped = 0;
+        while (pending_.compare(skipped, 2, crlf) == 0) skipped += 2;
+        pending_.erase(0, skipped);
+        // The terminator may straddle the bytes kept and the new ones.
+        const size_t scan_from = kept >= skipped + 3 ? kept - skipped - 3 : 0;
         const size_t end = pending_.find("\r\n\r\n", scan_from);
         if (end == std::string::npos) {
             used += take;
             bytes_fed_ += take;
-            const size_t first_line = line_end(pending_);
-            if (first_line == std::string::npos && pending_.size() > limits_.max_request_line_bytes) {
+            // The request line is too long as soon as it passes the limit, whether its
+            // end has arrived or not (so that any split of the bytes gives one answer).
+            size_t first_line = line_end(pending_);
+            if (first_line == std::string::npos) {
+                // A last CR may be the start of the line's CRLF.
+                first_line = pending_.size() - (!pending_.empty() && pending_.back() == '\r' ? 1 : 0);
+            }
+            if (first_line > limits_.max_request_line_bytes) {
                 return fail(414, "the request line is longer than " + std::to_string(limits_.max_request_line_bytes) + " bytes",
                             used);
             }
             if (pending_.size() > limits_.max_head_bytes) {
                 return fail(431, "the request head is larger than " + std::to_string(limits_.max_head_bytes) + " bytes", used);
             }
-            return used;
+            continue;  // all taken (skipped empty lines may leave room for more)
         }
         const size_t head_bytes = end + 4;
         const size_t extra = pending_.size() - head_bytes;  // appended past the head: the body's
         used += take - extra;
         bytes_fed_ += take - extra;
         pending_.resize(head_bytes);
+        // The checks in the order a byte-by-byte feed meets them: the request line's
+        // length, then the head's, then its content.
+        if (line_end(pending_) > limits_.max_request_line_bytes) {
+            return fail(414, "the request line is longer than " + std::to_string(limits_.max_request_line_bytes) + " bytes",
+                        used);
+        }
         if (head_bytes > limits_.max_head_bytes) {
             return fail(431, "the request head is larger than " + std::to_string(limits_.max_head_bytes) + " bytes", used);
         }
@@ -170,9 +188,6 @@ size_t request_parser::feed(std::string_view data) {
 }
 
 bool request_parser::parse_head(std::string_view head) {
-    // RFC 9112 §2.2: a server should ignore empty lines before the request line (some
-    // clients send a CRLF after a POST body).
-    while (head.substr(0, 2) == crlf) head.remove_prefix(2);
     if (has_bare_cr_or_lf(head)) {
         fail(400, "the request head has a CR or LF that is not part of a CRLF line ending", 0);
         return false;

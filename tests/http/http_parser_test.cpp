@@ -111,7 +111,10 @@ TEST(http_parser, PipelinedRequestsStopAtTheFirstEnd) {
 }
 
 TEST(http_parser, LeadingEmptyLinesAreIgnored) {
-    EXPECT_EQ(parse("\r\nGET /h HTTP/1.1\r\n\r\n").request.path, "/h");
+    EXPECT_EQ(parse_both_ways("\r\nGET /h HTTP/1.1\r\n\r\n").request.path, "/h");
+    // Only empty lines: still waiting for a request (the head deadline ends that).
+    const outcome empty = parse_both_ways("\r\n\r\n\r\n");
+    EXPECT_EQ(empty.state, parse_state::reading_head);
 }
 
 TEST(http_parser, ExpectContinueIsSeenOnceTheHeadIsIn) {
@@ -129,7 +132,7 @@ TEST(http_parser, ExpectContinueIsSeenOnceTheHeadIsIn) {
 TEST(http_parser, MalformedRequestLinesAre400) {
     for (const char * head : {"GET\r\n\r\n", "GET /\r\n\r\n", "GET  / HTTP/1.1\r\n\r\n", "GET / HTTP/1.1 x\r\n\r\n",
                               "G(T / HTTP/1.1\r\n\r\n", "GET nopath HTTP/1.1\r\n\r\n", "GET / HTTX/1.1\r\n\r\n",
-                              "GET / HTTP/1.11\r\n\r\n", "GET /a\x01 HTTP/1.1\r\n\r\n", "\r\n\r\n"}) {
+                              "GET / HTTP/1.11\r\n\r\n", "GET /a\x01 HTTP/1.1\r\n\r\n", " / HTTP/1.1\r\n\r\n"}) {
         EXPECT_EQ(status_of(head), 400) << head;
     }
     EXPECT_EQ(status_of("GET / HTTP/2.0\r\n\r\n"), 505);
@@ -219,6 +222,32 @@ TEST(http_parser, ResetStartsAFreshRequest) {
     p.feed("GET /ok HTTP/1.1\r\n\r\n");
     ASSERT_EQ(p.state(), parse_state::complete);
     EXPECT_EQ(p.request().path, "/ok");
+}
+
+// Inputs the fuzzer (fuzz/http_fuzz.cpp) found giving a different answer fed whole and
+// fed in pieces: a request line that passes its limit before or exactly at its CRLF,
+// with a bare CR, or after skipped empty lines.
+TEST(http_parser, FuzzFoundSplitsGiveOneAnswer) {
+    http_limits l;
+    l.max_request_line_bytes = 96;
+    l.max_head_bytes = 256;
+    l.max_headers = 6;
+    l.max_body_bytes = 200;
+    l.max_chunk_line_bytes = 24;
+    const std::string inputs[] = {
+        std::string("POST /v1/content-Len\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xffgtloGET /x?y HTTP/1.nnection:GET /x?y HTTP/1.nnection: keep-avil\x0d\x65\x0a\x0d\x0a", 120),
+        std::string("GET /healt[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[h HT HT11TP/HA\x00\x00\x00\x00\x00\x00\x43o\x0d\x15\x43ost: a\x0d\x0a\x0d\x0a", 114),
+        std::string("\x04\x45T http://h/v1/models Ga/\x01\x45T/h$alth 1%2Fb \x8f\x01HTA:  b \x0d\xff\xff\xff\x0a\xff\xff\xff\x1c\x1c\x1c\x1c\x1c\x1c\x1c\x1c\x01\x00\x00\x00\x00\x00\x00\x00\x1c\xff\x08\x00\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x0d\x0aH", 99),
+        std::string("\x0d\x0aT http://h/v1/models/a%2Fb HTTP/1.1\x0d\x0a\x41:  b \x0d\x0ap://h/v11.1\x0d\x0a\x41:1.1\x0d\x0a\x41:  bTP/1\xa9.1\x0d\x0a\x41:  b /models/p://h/v11.1\x0d\x0a\x41:  b \x0d\x0ap://h:  b \x0d\x0ap://h/v11.1\x0d\x0a\x41:1.1\x0d\x0a\x41:  bTP/1\xa9.1\x0d&\x0a\x41:  b /models/p://h/v11.1\x0d\x0a\x41:  b \x0d\x0ap://h/v1/models1.1\x0d\x0a\x41:  bTP/1\xa9.1/v1/models1.1\x0d\x0a\x41:  bTP/1\xa9.1\x0d\x0a\x41:  b /models/a%\xcb\xb9\x9d\xdf\xc4HTTP/1.1\x0d\x0a\x41:  b \x0d\x0a\x43ontC(n\xa7tent-Length: 0\x0d\x0a\x0d\x0a\x62 \x0d\x0a\x43ontC(n\xff\xff\xa7tent-Length: 0\x0d\x0a\x0d\x0a", 356),
+    };
+    for (const std::string & in : inputs) {
+        for (size_t step : {1, 2, 3, 7, 19}) {
+            const outcome whole = parse(in, 0, l);
+            const outcome pieces = parse(in, step, l);
+            EXPECT_EQ(static_cast<int>(whole.state), static_cast<int>(pieces.state)) << step;
+            EXPECT_EQ(whole.status, pieces.status) << step;
+        }
+    }
 }
 
 }  // namespace

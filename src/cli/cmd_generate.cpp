@@ -136,13 +136,13 @@ void add_generate_command(CLI::App & app, command_runner & run) {
     add_number(cmd, "-n,--n-predict", o->n_predict, "Tokens to generate at most", 0, 1 << 20)->capture_default_str();
     cmd->add_flag("--greedy", o->greedy, "Pick the most likely token (same as --temp 0)");
     // The same bounds as the HTTP API and every stage (sampling_bounds); run_generate
-    // checks the open ends (top_p > 0, repeat_penalty > 0) with sampling_config::validate.
+    // checks the open end (top_p > 0) with sampling_config::validate.
     using b = sampling_bounds;
     add_number(cmd, "--temp", o->temperature, "Sampling temperature (0: greedy)", 0.0f, b::max_temperature)->capture_default_str();
     add_number(cmd, "--top-k", o->top_k, "Keep the k most likely tokens (0: off)", 0, b::max_top_k)->capture_default_str();
     add_number(cmd, "--top-p", o->top_p, "Nucleus sampling threshold in (0, 1] (1: off)", 0.0f, 1.0f)->capture_default_str();
     add_number(cmd, "--min-p", o->min_p, "Drop tokens below min-p x the top probability (0: off)", 0.0f, 1.0f)->capture_default_str();
-    add_number(cmd, "--repeat-penalty", o->repeat_penalty, "Repetition penalty in (0, 100] (1: off)", 0.0f,
+    add_number(cmd, "--repeat-penalty", o->repeat_penalty, "Repetition penalty (1: off)", b::min_repeat_penalty,
                b::max_repeat_penalty)
         ->capture_default_str();
     add_number(cmd, "--presence-penalty", o->presence_penalty, "Presence penalty (0: off)", -b::max_abs_penalty,

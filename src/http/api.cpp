@@ -419,7 +419,7 @@ std::optional<api_error> parse_request(std::string_view body, endpoint kind, con
     if (auto e = read_number(j, "presence_penalty", -b::max_abs_penalty, b::max_abs_penalty, false, presence)) return e;
     if (auto e = read_number(j, "frequency_penalty", -b::max_abs_penalty, b::max_abs_penalty, false, frequency)) return e;
     const char * rep_key = field(j, "repetition_penalty") ? "repetition_penalty" : "repeat_penalty";
-    if (auto e = read_number(j, rep_key, 0, b::max_repeat_penalty, true, repetition)) return e;
+    if (auto e = read_number(j, rep_key, b::min_repeat_penalty, b::max_repeat_penalty, false, repetition)) return e;
     if (const json * sv = field(j, "seed")) {
         if (!sv->is_number_integer()) return bad_type("seed", "an integer");
         s.seed = sv->is_number_unsigned() ? sv->get<uint64_t>() : static_cast<uint64_t>(sv->get<int64_t>());

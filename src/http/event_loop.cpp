@@ -541,7 +541,8 @@ void event_loop::impl::close_conn(connection & c) {
 }
 
 void event_loop::impl::begin_closing(connection & c) {
-    if (closing_list.size() >= max_lingering || stopping) return close_conn(c);
+    // Nothing to drain when the peer has finished sending (or we are stopping).
+    if (closing_list.size() >= max_lingering || stopping || c.peer_eof) return close_conn(c);
     ::shutdown(c.fd, SHUT_WR);
     c.state = conn_state::closing;
     c.channel.reset();

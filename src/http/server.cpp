@@ -67,10 +67,13 @@ public:
     }
     ~worker_pool() { join(); }
 
-    void submit(std::function<void()> task) {
+    // False once join() has begun: the task will not run.
+    bool submit(std::function<void()> task) {
         std::lock_guard<std::mutex> lock(mutex_);
+        if (closing_) return false;
         tasks_.push_back(std::move(task));
         cv_.notify_one();
+        return true;
     }
 
     // Runs what is queued, then joins every thread. Idempotent.
@@ -209,7 +212,7 @@ void http_server::impl::route(http_request req, channel_ptr ch) {
     if (generation && req.method == "POST") {
         if (stopping) return send_error(*ch, error_for_status(503, "The server is shutting down"));
         const endpoint kind = path == "/v1/chat/completions" ? endpoint::chat_completions : endpoint::completions;
-        workers.submit([this, req = std::move(req), ch = std::move(ch), kind] {
+        const bool queued = workers.submit([this, req = std::move(req), ch, kind] {
             try {
                 handle_generation(req, ch, kind);
             } catch (const std::exception & ex) {  // an exception must not end the worker
@@ -221,6 +224,7 @@ void http_server::impl::route(http_request req, channel_ptr ch) {
                 ch->abort_stream();
             }
         });
+        if (!queued) send_error(*ch, error_for_status(503, "The server is shutting down"));
         return;
     }
     if (get && path == "/v1/models") return ch->respond(json_response(models_body(opt.model_id, created_unix_s)));

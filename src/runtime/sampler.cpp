@@ -16,9 +16,7 @@ status sampling_config::validate() const {
     if (top_k < 0 || top_k > b::max_top_k) return bad("top_k", "must be in [0, 16777216]");
     if (!(top_p > 0.0f && top_p <= 1.0f)) return bad("top_p", "must be in (0, 1]");
     if (!(min_p >= 0.0f && min_p <= 1.0f)) return bad("min_p", "must be in [0, 1]");
-    if (!(repeat_penalty > 0.0f) || !in(repeat_penalty, 0.0f, b::max_repeat_penalty)) {
-        return bad("repeat_penalty", "must be a positive number, at most 100");
-    }
+    if (!in(repeat_penalty, b::min_repeat_penalty, b::max_repeat_penalty)) return bad("repeat_penalty", "must be in [0.01, 100]");
     if (!in(presence_penalty, -b::max_abs_penalty, b::max_abs_penalty)) return bad("presence_penalty", "must be in [-2, 2]");
     if (!in(frequency_penalty, -b::max_abs_penalty, b::max_abs_penalty)) return bad("frequency_penalty", "must be in [-2, 2]");
     if (penalty_last_n < 0 || penalty_last_n > b::max_penalty_last_n) return bad("penalty_last_n", "must be in [0, 1048576]");

@@ -27,7 +27,8 @@ struct sampling_bounds {
     static constexpr float   max_temperature = 100.0f;     // temperature in [0, 100]; 0: greedy
     static constexpr int32_t max_top_k = 1 << 24;          // top_k in [0, 2^24]; 0: off
     // top_p in (0, 1]; min_p in [0, 1]
-    static constexpr float   max_repeat_penalty = 100.0f;  // repeat_penalty in (0, 100]
+    static constexpr float   min_repeat_penalty = 0.01f;   // repeat_penalty in [0.01, 100]; 1: off
+    static constexpr float   max_repeat_penalty = 100.0f;
     static constexpr float   max_abs_penalty = 2.0f;       // presence_penalty, frequency_penalty in [-2, 2]
     static constexpr int32_t max_penalty_last_n = 1 << 20; // penalty_last_n in [0, 2^20]
     // Each logit_bias value in [-100, 100] (OpenAI's range), checked by the front ends;

@@ -73,6 +73,7 @@ TEST(request_validation, SamplingRangesAreTheStagesRanges) {
         {R"("presence_penalty":2.5)", "presence_penalty"},
         {R"("frequency_penalty":-3)", "frequency_penalty"},
         {R"("repetition_penalty":0)", "repetition_penalty"},
+        {R"("repetition_penalty":0.005)", "repetition_penalty"},
         {R"("repeat_penalty":101)", "repeat_penalty"},
         {R"("seed":1.5)", "seed"},
         {R"("max_tokens":257)", "max_tokens"},

@@ -11,7 +11,7 @@ local_pipeline::local_pipeline(std::unique_ptr<stage> whole_model) : stage_(std:
 status local_pipeline::begin(int32_t lane, const sampling_config & sampling, std::span<const token_id> prompt_tokens,
                              std::string_view) {
     if (lane < 0 || lane >= n_lanes()) return make_error(error_code::invalid_argument, "no such lane");
-    SKIPPY_TRY(sampling.validate());
+    SKIPPY_TRY(sampling.validate(n_vocab()));
     stage_->truncate_lane(lane, 0);
     auto & ls = lanes_[static_cast<size_t>(lane)];
     ls.token_sampler = std::make_unique<sampler>(sampling);
@@ -33,7 +33,7 @@ result<token_id> local_pipeline::decode(int32_t lane, int64_t pos, token_id toke
     SKIPPY_TRY(stage_->forward(lane, pos, std::span<const token_id>(&token, 1), {}, 1, ls.hidden));
     ls.logits.resize(static_cast<size_t>(stage_->hparams().n_vocab));
     stage_->logits(ls.hidden, 1, ls.logits);
-    const token_id next = ls.token_sampler->sample(ls.logits);
+    SKIPPY_ASSIGN_OR_RETURN(const token_id next, ls.token_sampler->sample_finite(ls.logits));
     ls.token_sampler->accept(next);
     return next;
 }

@@ -232,7 +232,7 @@ status chain_pipeline::send_streamed(int32_t lane, protocol::request req) {
 status chain_pipeline::begin(int32_t lane, const sampling_config & sampling, std::span<const token_id> prompt_tokens,
                              std::string_view cache_key) {
     if (lane < 0 || lane >= n_lanes()) return make_error(error_code::invalid_argument, "no such lane");
-    SKIPPY_TRY(sampling.validate());
+    SKIPPY_TRY(sampling.validate(n_vocab()));
     lane_state & ls = *lanes_[static_cast<size_t>(lane)];
     stage_->truncate_lane(lane, 0);
     ls.prompt.assign(prompt_tokens.begin(), prompt_tokens.end());
@@ -378,7 +378,7 @@ result<token_id> chain_pipeline::sample_local(int32_t lane, int64_t pos) {
     stage_->logits(ls.hidden, 1, ls.logits);
     ls.sequence.resize(static_cast<size_t>(pos + 1));
     ls.token_sampler->set_history(ls.sequence);
-    return ls.token_sampler->sample(ls.logits);
+    return ls.token_sampler->sample_finite(ls.logits);
 }
 
 result<token_id> chain_pipeline::decode(int32_t lane, int64_t pos, token_id token) {

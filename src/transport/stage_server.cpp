@@ -55,7 +55,7 @@ private:
     status check_activation(const protocol::request & req, int64_t rows) const;
     status compute(int64_t pos_start, std::span<const token_id> tokens, std::span<const float> act_in);
     status sample_and_return(const protocol::request & req, protocol::stats_block stats);
-    token_id sample_last_row();
+    result<token_id> sample_last_row();
     void track_tokens(int64_t pos_start, std::span<const token_id> tokens);
     status forward_streamed(protocol::request req, const protocol::stats_block & stats);
     status forward_sync(protocol::request fwd, protocol::reply & reply);
@@ -213,19 +213,19 @@ void stage_server::lane_worker::track_tokens(int64_t pos_start, std::span<const 
     sequence_.insert(sequence_.end(), tokens.begin(), tokens.end());
 }
 
-token_id stage_server::lane_worker::sample_last_row() {
+result<token_id> stage_server::lane_worker::sample_last_row() {
     const int64_t rows = static_cast<int64_t>(hidden_.size()) / n_embd_;
     logits_.resize(static_cast<size_t>(stage_.hparams().n_vocab));
     stage_.logits(std::span<const float>(hidden_).subspan(static_cast<size_t>((rows - 1) * n_embd_)), 1, logits_);
     sampler_->set_history(sequence_);
-    return sampler_->sample(logits_);
+    return sampler_->sample_finite(logits_);
 }
 
 status stage_server::lane_worker::sample_and_return(const protocol::request & req, protocol::stats_block stats) {
     protocol::reply tok;
     tok.kind = message_kind::predicted_token;
     tok.request_id = req.request_id;
-    tok.token = sample_last_row();
+    SKIPPY_ASSIGN_OR_RETURN(tok.token, sample_last_row());
     tok.decode_step = req.state.decode_step;
     tok.stats = protocol::merge_stats(pending_stats_, stats);
     tok.stats.max_forward_us = std::max(tok.stats.max_forward_us, take_pending_forward_us());
@@ -320,7 +320,7 @@ status stage_server::lane_worker::handle_configure(const protocol::request & req
     pending_stats_ = {};
     if (is_final_) {
         sampling_config sc = to_sampling_config(req.generation->sampling);
-        SKIPPY_TRY(sc.validate());
+        SKIPPY_TRY(sc.validate(stage_.hparams().n_vocab));
         sampler_ = std::make_unique<sampler>(std::move(sc));
         sequence_.clear();
         return connect_downstream();  // the return link, before stage 0 hears the ack
@@ -394,7 +394,7 @@ status stage_server::lane_worker::handle_try_restore_decode(protocol::request & 
         track_tokens(0, req.tokens);
         track_tokens(n, std::span<const token_id>(&current, 1));
         out.kind = message_kind::predicted_token;
-        out.token = sample_last_row();
+        SKIPPY_ASSIGN_OR_RETURN(out.token, sample_last_row());
         out.decode_step = req.state.decode_step;
         out.restored_tokens = n;
         return status::ok();

@@ -62,8 +62,10 @@ thread_pool * pool_of(int n_threads) {
     return pools[n_threads].get();
 }
 
-const tensor_type k_types[] = {tensor_type::f32, tensor_type::f16, tensor_type::bf16, tensor_type::q8_0,
-                               tensor_type::q4_0, tensor_type::q4_k, tensor_type::q6_k};
+const tensor_type k_types[] = {tensor_type::f32,  tensor_type::f16,    tensor_type::bf16,  tensor_type::q8_0,
+                               tensor_type::q4_0, tensor_type::q5_0,   tensor_type::q5_1,  tensor_type::iq4_nl,
+                               tensor_type::mxfp4, tensor_type::q2_k,  tensor_type::q3_k,  tensor_type::q4_k,
+                               tensor_type::q5_k, tensor_type::q6_k,   tensor_type::iq4_xs};
 
 struct shape {
     int64_t n_rows, n_cols;
@@ -181,7 +183,7 @@ BENCHMARK(BM_parallel_for_overhead)->Arg(2)->Arg(4)->UseRealTime();
             }
         }
     }
-    for (tensor_type t : {tensor_type::f16, tensor_type::bf16, tensor_type::q8_0, tensor_type::q4_k}) {
+    for (tensor_type t : {tensor_type::f16, tensor_type::bf16, tensor_type::q8_0, tensor_type::q5_1, tensor_type::q4_k}) {
         benchmark::RegisterBenchmark(("BM_activation/" + std::string(tensor_type_name(active_kernels(t)->vec_dot_type))).c_str(),
                                      [=](benchmark::State & st) { activation(st, t); });
     }

@@ -8,7 +8,10 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libssl-dev libpcre2-dev
   clang libclang-rt-dev python3 iproute2
+  python3-jinja2  # test oracle only: tests/jinja render templates with it to compare (never a runtime dependency)
   prometheus  # only its promtool is used (tests check /metrics); no daemon is started
+  libhiredis-dev  # the prefix cache's shared tier speaks Redis (src/cache/redis_client.cpp)
+  redis-server    # tests start their own on a free loopback port; the packaged daemon is not started
 )
 
 missing=()
@@ -28,13 +31,14 @@ if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
 echo "setup: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 
-# Debian starts and enables the prometheus daemon (listening on :9090) when the package
-# is installed; we want only its promtool. A temporary policy-rc.d keeps apt from
-# starting services, and the unit is disabled afterwards where systemd runs.
-installing_prometheus=false
-[[ " ${missing[*]} " == *" prometheus "* ]] && installing_prometheus=true
+# Debian starts and enables the prometheus daemon (listening on :9090) and the redis
+# daemon (:6379) when the packages are installed; we want only promtool and the
+# redis-server binary. A temporary policy-rc.d keeps apt from starting services, and
+# the units are disabled afterwards where systemd runs.
+installing_services=false
+[[ " ${missing[*]} " == *" prometheus "* || " ${missing[*]} " == *" redis-server "* ]] && installing_services=true
 policy=/usr/sbin/policy-rc.d
-if $installing_prometheus && [ ! -e "$policy" ]; then
+if $installing_services && [ ! -e "$policy" ]; then
   printf '#!/bin/sh\nexit 101\n' | "${sudo_cmd[@]}" tee "$policy" >/dev/null
   "${sudo_cmd[@]}" chmod 755 "$policy"
   trap '"${sudo_cmd[@]}" rm -f "$policy"' EXIT
@@ -43,6 +47,7 @@ fi
 "${sudo_cmd[@]}" apt-get update -qq
 "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 
-if $installing_prometheus && command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+if $installing_services && command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
   "${sudo_cmd[@]}" systemctl disable --now prometheus >/dev/null 2>&1 || true
+  "${sudo_cmd[@]}" systemctl disable --now redis-server >/dev/null 2>&1 || true
 fi

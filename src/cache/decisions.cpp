@@ -27,6 +27,8 @@ std::string_view cache_tier_name(cache_tier t) {
         case cache_tier::none: return "none";
         case cache_tier::resident: return "resident";
         case cache_tier::exact_state: return "exact_state";
+        case cache_tier::disk: return "disk";
+        case cache_tier::redis: return "redis";
     }
     return "none";
 }

@@ -4,6 +4,7 @@
 
 #include "base/status.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
@@ -12,9 +13,11 @@ namespace skippy::cache {
 // Event names.
 inline constexpr std::string_view lookup_event_name = "stage.binary_kv_lookup_decision";
 inline constexpr std::string_view record_event_name = "stage.binary_kv_record_decision";
-// Debug level (--telemetry-level debug) only:
+// Debug level, or summary when an entry left the cache or room could not be made:
 inline constexpr std::string_view eviction_event_name = "stage.kv_cache_eviction";       // admission evicted entries
 inline constexpr std::string_view exact_store_event_name = "stage.kv_exact_record_done";  // a background record ended
+inline constexpr std::string_view disk_store_event_name = "stage.kv_disk_record_done";    // a background disk write ended
+inline constexpr std::string_view redis_store_event_name = "stage.kv_redis_record_done";  // a background Redis publish ended
 
 // --kv-cache off|record|lookup-record.
 enum class cache_mode : uint8_t {
@@ -42,7 +45,9 @@ enum class lookup_outcome : uint8_t {
     error,   // a tier failed; nothing restored, the caller computes
 };
 
-enum class cache_tier : uint8_t { none, resident, exact_state };
+// The tiers, in lookup order (resident first, then exact state, disk, Redis).
+enum class cache_tier : uint8_t { none, resident, exact_state, disk, redis };
+inline constexpr size_t n_cache_tiers = 4;  // without none
 std::string_view cache_tier_name(cache_tier t);
 
 // The decision value of a lookup. In-band partial restores are "resident_hit" (the

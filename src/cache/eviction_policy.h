@@ -8,8 +8,8 @@
 // token) + b*n^2 (attention over the earlier positions), with a, b > 0 depending on
 // the model. Both terms grow with n, so ordering by n ranks entries exactly as the
 // model does without knowing a or b: the key's cost is n_tokens.
-// Exact-state entries hold no pool blocks; their tier evicts by bytes in plain LRU
-// order (cost 0 for every entry).
+// Exact-state and disk entries hold no pool blocks; their tiers evict by bytes in
+// plain LRU order (cost 0 for every entry).
 #pragma once
 
 #include "cache/entry.h"

@@ -21,6 +21,11 @@ exact_state_store::~exact_state_store() {
 
 result<exact_insert_result> exact_state_store::insert(const digest256 & ns, std::span<const token_id> tokens,
                                                       std::vector<page_bytes> pages) {
+    return insert(ns, tokens, std::span<const page_bytes>(pages));
+}
+
+result<exact_insert_result> exact_state_store::insert(const digest256 & ns, std::span<const token_id> tokens,
+                                                      std::span<const page_bytes> pages) {
     if (config_.hard_limit_bytes <= 0) return make_error(error_code::unavailable, "exact-state tier is off");
     if (tokens.empty()) return make_error(error_code::invalid_argument, "exact-state insert without tokens");
     int64_t next = 0;
@@ -40,8 +45,8 @@ result<exact_insert_result> exact_state_store::insert(const digest256 & ns, std:
 
     std::vector<stored_page> stored;
     std::vector<blob_id> all;
-    for (page_bytes & p : pages) {
-        stored_page sp{p.token_start, p.token_count, std::move(p.page_id),
+    for (const page_bytes & p : pages) {
+        stored_page sp{p.token_start, p.token_count, p.page_id,
                        p.block_digests.empty() ? blobs_.put(p.bytes) : blobs_.put(p.bytes, p.block_digests)};
         all.insert(all.end(), sp.blobs.begin(), sp.blobs.end());
         stored.push_back(std::move(sp));
@@ -86,7 +91,7 @@ result<std::vector<page_bytes>> exact_state_store::read_pages(entry_id id, int64
     for (const stored_page & sp : it->second) {
         if (sp.token_start >= max_tokens) break;
         SKIPPY_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, blobs_.read(sp.blobs));
-        out.push_back(page_bytes{sp.token_start, sp.token_count, sp.page_id, std::move(bytes)});
+        out.push_back(page_bytes{sp.token_start, sp.token_count, sp.page_id, std::move(bytes), {}});
     }
     return out;
 }

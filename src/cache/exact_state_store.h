@@ -23,6 +23,7 @@
 #include "cache/blob_store.h"
 #include "cache/identity.h"
 #include "cache/radix_index.h"
+#include "cache/tier.h"
 
 #include <cstdint>
 #include <span>
@@ -36,17 +37,6 @@ struct exact_state_config {
     int64_t soft_limit_bytes = 384ll << 20;  // evict LRU down to this after an insert
     int64_t hard_limit_bytes = 512ll << 20;  // never above this; 0 disables the tier
     size_t  block_bytes = 64 << 10;          // blob block size
-};
-
-// One exported page, as the backend produced it.
-struct page_bytes {
-    int64_t              token_start = 0;
-    int64_t              token_count = 0;
-    std::string          page_id;
-    std::vector<uint8_t> bytes;
-    // SHA-256 of each block of bytes (blob_store::block_digests with the store's
-    // block_bytes), or empty: insert then hashes them itself, under the caller's lock.
-    std::vector<digest256> block_digests;
 };
 
 struct exact_insert_result {
@@ -82,6 +72,9 @@ public:
     // unavailable when it cannot fit under the hard limit (counted in n_refused).
     result<exact_insert_result> insert(const digest256 & ns, std::span<const token_id> tokens,
                                        std::vector<page_bytes> pages);
+    // The same, copying the pages (the caller keeps them for other tiers).
+    result<exact_insert_result> insert(const digest256 & ns, std::span<const token_id> tokens,
+                                       std::span<const page_bytes> pages);
 
     // The pages of entry id that start before max_tokens, each read back and checked
     // against its blob hashes: integrity when a block went bad (the caller quarantines).

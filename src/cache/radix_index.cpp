@@ -14,7 +14,12 @@ struct radix_index::node {
     std::array<entry_id, n_entry_kinds>       entries{};  // no_entry when absent
     std::array<int64_t, n_entry_kinds>        n_subtree{};  // entries of each kind here and below
 
-    bool has_entries() const { return entries[0] != no_entry || entries[1] != no_entry; }
+    bool has_entries() const {
+        for (entry_id e : entries) {
+            if (e != no_entry) return true;
+        }
+        return false;
+    }
 };
 
 // Where a query stops: `deepest` is the last node whose whole edge matched; when the
@@ -70,18 +75,7 @@ match_result radix_index::match(const digest256 & ns, std::span<const token_id> 
     const size_t ki = kind_index(kind);
     walk_result w = walk(root_it->second.get(), tokens);
 
-    if (kind == entry_kind::exact_state) {
-        // Deepest whole checkpoint on the path.
-        for (const node * n = w.deepest; n && n->depth > 0; n = n->parent) {
-            if (n->entries[ki] != no_entry) {
-                m.id = n->entries[ki];
-                m.matched_tokens = n->depth;
-                m.entry_tokens = n->depth;
-                return m;
-            }
-        }
-        return m;
-    }
+    if (kind == entry_kind::exact_state) return checkpoint_on(w, ki);
 
     // Resident: the deepest point on the query's path whose subtree holds an entry.
     // Subtree counts only grow towards the root, so walk up from where the query stopped.
@@ -115,6 +109,20 @@ match_result radix_index::match(const digest256 & ns, std::span<const token_id> 
     m.id = serving->entries[ki];
     m.entry_tokens = serving->depth;
     return m;
+}
+
+match_result radix_index::checkpoint_on(const walk_result & w, size_t ki) {
+    // Deepest whole checkpoint on the path.
+    for (const node * n = w.deepest; n && n->depth > 0; n = n->parent) {
+        if (n->entries[ki] != no_entry) return match_result{n->entries[ki], n->depth, n->depth};
+    }
+    return match_result{};
+}
+
+match_result radix_index::peek_checkpoint(const digest256 & ns, std::span<const token_id> tokens, entry_kind kind) const {
+    auto root_it = roots_.find(ns);
+    if (root_it == roots_.end() || tokens.empty()) return match_result{};
+    return checkpoint_on(walk(root_it->second.get(), tokens), kind_index(kind));
 }
 
 match_result radix_index::peek(const digest256 & ns, std::span<const token_id> tokens, entry_kind kind) const {
@@ -387,7 +395,9 @@ status radix_index::check_invariants() const {
         }
     }
     if (n_refs != n_refs_) return make_error(error_code::internal, "radix invariant: reference count");
-    if (static_cast<int64_t>(entries_.size()) != n_entries_[0] + n_entries_[1]) {
+    int64_t n_all = 0;
+    for (int64_t n : n_entries_) n_all += n;
+    if (static_cast<int64_t>(entries_.size()) != n_all) {
         return make_error(error_code::internal, "radix invariant: entries outside the tree");
     }
     return status::ok();

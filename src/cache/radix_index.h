@@ -22,6 +22,8 @@
 //   [1 2 3 8] is served 3 tokens by n3 or n4 (a diverging sibling).
 // - exact state: only a whole stored checkpoint on the query's path: [1 2 3 8] is
 //   served 2 tokens by n1; [1] is a miss.
+// - disk: as resident (the disk tier aligns the match to its pages and also asks for
+//   the deepest checkpoint, peek_checkpoint).
 //
 // Invariants (check_invariants, after every operation in the tests):
 // - every non-root edge is non-empty, its first token keys it in the parent;
@@ -108,6 +110,9 @@ public:
     // nothing; lookup also marks the serving entry most recently used.
     match_result peek(const digest256 & ns, std::span<const token_id> tokens, entry_kind kind) const;
     match_result lookup(const digest256 & ns, std::span<const token_id> tokens, entry_kind kind);
+    // The deepest entry of `kind` that the query contains whole (exact-state matching,
+    // for any kind). Changes nothing.
+    match_result peek_checkpoint(const digest256 & ns, std::span<const token_id> tokens, entry_kind kind) const;
 
     // References: an entry with refs > 0 is never removed nor offered for eviction.
     // acquire: not_found for an unknown id. release: internal when refs is already 0
@@ -146,6 +151,7 @@ private:
 
     walk_result walk(const node * root, std::span<const token_id> tokens) const;
     match_result match(const digest256 & ns, std::span<const token_id> tokens, entry_kind kind) const;
+    static match_result checkpoint_on(const walk_result & w, size_t kind_index);
     void touch(entry_rec & e);
     void add_count(node * n, entry_kind kind, int64_t delta);
     void normalize(const digest256 & ns, node * n);

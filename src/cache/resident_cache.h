@@ -22,6 +22,7 @@
 #include "cache/identity.h"
 #include "cache/kv_backend.h"
 #include "cache/radix_index.h"
+#include "cache/tier.h"
 
 #include <cstdint>
 #include <functional>
@@ -44,13 +45,6 @@ struct evicted_resident {
 };
 // Called before an evicted entry's blocks are released (demotion exports them).
 using evict_hook = std::function<void(const evicted_resident &)>;
-
-enum class resident_record_outcome : uint8_t {
-    recorded,  // a new entry holds the session's blocks
-    covered,   // an entry already serves every token: nothing to add
-    full,      // max_entries reached and nothing evictable
-    off,       // the tier is disabled
-};
 
 struct resident_record_result {
     resident_record_outcome outcome = resident_record_outcome::off;

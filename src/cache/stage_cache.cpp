@@ -1,25 +1,28 @@
 #include "cache/stage_cache.h"
 
+#include "base/log.h"
+
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 namespace skippy::cache {
 namespace {
 
-bool is_validation_error(error_code c) {
-    // A page that is not what it claims to be: never imported, its entry quarantined.
-    return c == error_code::integrity || c == error_code::invalid_data || c == error_code::unsupported;
+using clock_type = std::chrono::steady_clock;
+
+double ms_since(clock_type::time_point t0) {
+    return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
 }
 
-telemetry::event make_event(std::string_view name, const cache_namespace & ns, int32_t session) {
-    telemetry::event ev;
-    ev.name = std::string(name);
-    ev.stage = ns.stage_index;
-    ev.attr("skippy.kv.session", int64_t{session});
-    return ev;
-}
+size_t tier_index(cache_tier t) { return static_cast<size_t>(t) - 1; }
 
-std::string attr_text(std::string_view v) { return std::string(v); }
+// The context every lookup and record event carries.
+void note_call(decision_event & ev, int32_t session, uint64_t request_id, std::string_view message_kind) {
+    ev.num<attr::kv_session>(session);
+    if (request_id != 0) ev.num<attr::kv_request_id>(static_cast<int64_t>(request_id));
+    if (!message_kind.empty()) ev.text<attr::kv_message_kind>(message_kind);
+}
 
 }  // namespace
 
@@ -32,6 +35,31 @@ struct stage_cache::block_snapshot {
     ~block_snapshot() { backend.release(blocks); }
     block_snapshot(const block_snapshot &) = delete;
     block_snapshot & operator=(const block_snapshot &) = delete;
+};
+
+// For tiers called with the lock held (exact state).
+class stage_cache::locked_importer final : public page_importer_i {
+public:
+    explicit locked_importer(stage_cache & c) : cache_(c) {}
+    status import(int32_t session, std::span<const page_bytes> pages, int64_t n_tokens) override {
+        return cache_.import_locked(session, pages, n_tokens);
+    }
+
+private:
+    stage_cache & cache_;
+};
+
+// For io tiers, called without it: the import itself needs it (admission).
+class stage_cache::unlocked_importer final : public page_importer_i {
+public:
+    explicit unlocked_importer(stage_cache & c) : cache_(c) {}
+    status import(int32_t session, std::span<const page_bytes> pages, int64_t n_tokens) override {
+        std::lock_guard<std::mutex> lock(cache_.mutex_);
+        return cache_.import_locked(session, pages, n_tokens);
+    }
+
+private:
+    stage_cache & cache_;
 };
 
 std::string_view exact_record_state_name(exact_record_state s) {
@@ -55,6 +83,11 @@ std::string_view resident_record_name(resident_record_outcome o) {
     return "off";
 }
 
+std::string disk_dir_for_stage(const std::string & dir, int32_t stage_index) {
+    if (dir.empty()) return dir;
+    return dir + "/stage-" + std::to_string(stage_index);
+}
+
 status stage_cache_config::validate() const {
     auto bad = [](const std::string & what) { return make_error(error_code::invalid_argument, "kv cache config: " + what); };
     if (min_tokens < 1) return bad("min_tokens must be at least 1");
@@ -64,91 +97,229 @@ status stage_cache_config::validate() const {
     if (exact_page_tokens < 1) return bad("exact_page_tokens must be >= 1");
     if (exact_block_bytes < 1 || exact_block_bytes > (int64_t{1} << 30)) return bad("exact_block_bytes must be in [1, 2^30]");
     if (activation_max_bytes < 0) return bad("activation_max_bytes must be >= 0");
+    if (disk_max_bytes < 0) return bad("disk_max_bytes must be >= 0");
+    if (redis_timeout_ms < 1 || redis_timeout_ms > 60000) return bad("redis_timeout_ms must be in [1, 60000]");
+    if (!redis_url.empty()) {
+        auto url = parse_redis_url(redis_url);
+        if (!url.is_ok()) return bad(url.error().message());
+    }
     return status::ok();
 }
 
+namespace {
+
+disk_tier_config disk_config_of(const stage_cache_config & c) {
+    disk_tier_config d;
+    d.dir = c.disk_dir;
+    d.max_bytes = c.disk_max_bytes;
+    d.page_tokens = c.exact_page_tokens;
+    d.fault = c.disk_fault_for_testing;
+    return d;
+}
+
+std::unique_ptr<disk_tier> open_disk_or_warn(const stage_cache_config & c) {
+    if (c.disk_dir.empty()) return nullptr;
+    auto d = disk_tier::open(disk_config_of(c));
+    if (d.is_ok()) return std::move(d).value();
+    SKIPPY_LOG_WARN("kv cache: disk tier off: %s", d.error().to_string().c_str());
+    return nullptr;
+}
+
+}  // namespace
+
 stage_cache::stage_cache(kv_backend_i & backend, const stage_cache_config & config, telemetry::event_sink_ptr sink)
+    : stage_cache(backend, config, std::move(sink), open_disk_or_warn(config)) {}
+
+stage_cache::stage_cache(kv_backend_i & backend, const stage_cache_config & config, telemetry::event_sink_ptr sink,
+                         std::unique_ptr<disk_tier> disk)
     : backend_(backend),
       config_(config),
       sink_(std::move(sink)),
       exact_(index_, exact_state_config{config.effective_soft_bytes(), config.exact_max_bytes,
                                         static_cast<size_t>(config.exact_block_bytes)}),
       resident_(index_, backend, resident_config{config.max_entries}),
+      resident_tier_(resident_, index_, backend, [this](const evicted_resident & ev) { return demote_locked(ev); }),
+      exact_tier_(exact_, index_, backend),
+      disk_tier_(std::move(disk)),
       activation_(config.activation_max_bytes) {
-    demote_hook_ = [this](const evicted_resident & ev) { demote_locked(ev); };
+    if (!config.redis_url.empty()) {
+        redis_tier_config rc;
+        rc.url = config.redis_url;
+        rc.timeout_ms = config.redis_timeout_ms;
+        rc.page_tokens = config.exact_page_tokens;
+        rc.bytes_per_token = backend.bytes_per_token();
+        auto r = redis_tier::create(rc);
+        if (r.is_ok()) {
+            redis_tier_ = std::move(r).value();
+        } else {
+            SKIPPY_LOG_WARN("kv cache: Redis tier off: %s", r.error().to_string().c_str());
+        }
+    }
+    tiers_[tier_index(cache_tier::resident)] = &resident_tier_;
+    tiers_[tier_index(cache_tier::exact_state)] = &exact_tier_;
+    tiers_[tier_index(cache_tier::disk)] = disk_tier_.get();
+    tiers_[tier_index(cache_tier::redis)] = redis_tier_.get();
 }
 
 result<std::unique_ptr<stage_cache>> stage_cache::create(kv_backend_i & backend, const stage_cache_config & config,
                                                          telemetry::event_sink_ptr sink) {
     SKIPPY_TRY(config.validate());
-    return std::make_unique<stage_cache>(backend, config, std::move(sink));
+    std::unique_ptr<disk_tier> disk;
+    if (!config.disk_dir.empty()) {
+        SKIPPY_ASSIGN_OR_RETURN(disk, disk_tier::open(disk_config_of(config)));
+    }
+    return std::unique_ptr<stage_cache>(new stage_cache(backend, config, std::move(sink), std::move(disk)));
 }
 
-stage_cache::~stage_cache() = default;  // worker_ goes first (declared last), then the tiers
+stage_cache::~stage_cache() {
+    // Pages queued for a tier that outlives the process are worth the wait.
+    if (any_io_tier()) worker_.wait_idle();
+}  // then worker_ goes first (declared last), then the tiers
 
 void stage_cache::emit(const telemetry::event & ev) const {
     if (sink_) sink_->emit(ev);
 }
 
+void stage_cache::emit(const decision_event & ev) const {
+    if (sink_) sink_->emit(ev.to_event());
+}
+
 // ---------------------------------------------------------------------------------
 // Lookups
+
+void stage_cache::peek_tiers(const cache_namespace & ns, std::span<const token_id> tokens, int64_t target, candidates & c,
+                             lock_type & lock) {
+    const tier_peek_request req{ns, tokens, target};
+    int64_t best = 0;
+    // The in-memory tiers are always all asked (cheap, under the lock): their matches
+    // go into the event whatever serves.
+    for (size_t i = 0; i < n_cache_tiers; ++i) {
+        c[i].tier = static_cast<cache_tier>(i + 1);
+        cache_tier_i * t = tiers_[i];
+        if (!t || !t->enabled() || t->does_io()) continue;
+        c[i].peeked = true;
+        c[i].peek = t->peek(req);
+        best = std::max(best, c[i].peek.restorable_tokens);
+    }
+    if (!any_io_tier() || best >= target) return;
+    // A file or a network round trip only when the tiers above cannot serve the target.
+    lock.unlock();
+    for (size_t i = 0; i < n_cache_tiers; ++i) {
+        cache_tier_i * t = tiers_[i];
+        if (!t || !t->enabled() || !t->does_io()) continue;
+        if (best >= target) break;
+        c[i].peeked = true;
+        c[i].peek = t->peek(req);
+        if (c[i].peek.error == error_code::ok) best = std::max(best, c[i].peek.restorable_tokens);
+    }
+    lock.lock();
+}
+
+void stage_cache::note_tier_attrs(decision_event & ev, const candidates & c) const {
+    const tier_candidate & r = c[tier_index(cache_tier::resident)];
+    const tier_candidate & x = c[tier_index(cache_tier::exact_state)];
+    const tier_candidate & d = c[tier_index(cache_tier::disk)];
+    const tier_candidate & s = c[tier_index(cache_tier::redis)];
+    ev.num<attr::kv_resident_matched_tokens>(r.peek.matched_tokens).num<attr::exact_matched_tokens>(x.peek.matched_tokens);
+    if (d.peeked) {
+        ev.num<attr::disk_matched_tokens>(d.peek.matched_tokens);
+        if (d.peek.error != error_code::ok) ev.text<attr::disk_error_class>(error_class_name(d.peek.error));
+    }
+    if (s.peeked) {
+        ev.num<attr::redis_matched_tokens>(s.peek.matched_tokens);
+        if (s.peek.error != error_code::ok) ev.text<attr::redis_error_class>(error_class_name(s.peek.error));
+    }
+    if (any_io_tier()) ev.text<attr::kv_candidates>(candidates_text(c));
+}
+
+void stage_cache::count_look_locked(int32_t session, cache_tier served) {
+    look_ledger & l = looks_[session];
+    if (served == cache_tier::none) {
+        if (l.counted) return;
+        for (size_t i = 0; i < n_cache_tiers; ++i) {
+            if (tiers_[i] && tiers_[i]->enabled()) ++n_look_misses_[i];
+        }
+    } else {
+        if (l.hit) return;
+        // The tiers before the one that served were asked and did not serve (unless a
+        // miss was already counted for this request).
+        if (!l.counted) {
+            for (size_t i = 0; i < tier_index(served); ++i) {
+                if (tiers_[i] && tiers_[i]->enabled()) ++n_look_misses_[i];
+            }
+        }
+        ++n_look_hits_[tier_index(served)];
+        l.hit = true;
+    }
+    l.counted = true;
+}
 
 probe_result stage_cache::probe(const probe_request & req) {
     probe_result r;
     if (!lookups_enabled()) return r;
-    telemetry::event ev = make_event(lookup_event_name, req.ns, req.session);
+    const auto t0 = clock_type::now();
+    decision_event ev(lookup_event_name, req.ns.stage_index);
+    note_call(ev, req.session, req.request_id, req.message_kind);
     const int64_t target = std::min<int64_t>(std::max<int64_t>(req.max_tokens, 0), static_cast<int64_t>(req.tokens.size()));
     if (!check_token_start(req.ns).is_ok()) {
-        ev.attr("skippy.kv.decision", attr_text(nonzero_token_start_decision)).attr("skippy.kv.error_class", "unsupported");
+        ev.text<attr::kv_decision>(nonzero_token_start_decision).text<attr::kv_error_class>("unsupported");
         emit(ev);
         r.decision = nonzero_token_start_decision;
         return r;
     }
-    int64_t resident_tokens = 0, exact_tokens = 0;
+    candidates c{};
     {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (resident_.enabled()) resident_tokens = std::min(index_.peek(req.ns.hash, req.tokens, entry_kind::resident).matched_tokens, target);
-        if (config_.exact_max_bytes > 0) exact_tokens = std::min(index_.peek(req.ns.hash, req.tokens, entry_kind::exact_state).matched_tokens, target);
-    }
-    const int64_t best = std::max(resident_tokens, exact_tokens);
-    if (best >= config_.min_tokens) {
-        r.restorable_tokens = best;
-        r.tier = resident_tokens >= exact_tokens ? cache_tier::resident : cache_tier::exact_state;
-        r.outcome = best == target ? lookup_outcome::hit : lookup_outcome::short_;
+        lock_type lock(mutex_);
+        peek_tiers(req.ns, req.tokens, target, c, lock);
+        const int best = choose_tier(c, config_.min_tokens);
+        if (best >= 0) {
+            r.restorable_tokens = c[static_cast<size_t>(best)].peek.restorable_tokens;
+            r.tier = c[static_cast<size_t>(best)].tier;
+            r.outcome = r.restorable_tokens == target ? lookup_outcome::hit : lookup_outcome::short_;
+        } else if (req.session >= 0) {
+            count_look_locked(req.session, cache_tier::none);  // nothing will be restored here for this request
+        }
     }
     r.decision = lookup_decision_name(lookup_kind::probe, r.outcome);
-    ev.attr("skippy.kv.decision", attr_text(r.decision))
-        .attr("skippy.kv.query_tokens", static_cast<int64_t>(req.tokens.size()))
-        .attr("skippy.kv.max_tokens", req.max_tokens)
-        .attr("skippy.kv.restorable_tokens", r.restorable_tokens)
-        .attr("skippy.kv.tier", attr_text(cache_tier_name(r.tier)))
-        .attr("skippy.kv.resident_matched_tokens", resident_tokens)
-        .attr("skippy.exact_cache.matched_tokens", exact_tokens);
+    ev.text<attr::kv_decision>(r.decision)
+        .num<attr::kv_query_tokens>(static_cast<int64_t>(req.tokens.size()))
+        .num<attr::kv_max_tokens>(req.max_tokens)
+        .num<attr::kv_restorable_tokens>(r.restorable_tokens)
+        .text<attr::kv_tier>(cache_tier_name(r.tier))
+        .num<attr::kv_token_start>(req.ns.token_start)
+        .num<attr::kv_token_count>(r.restorable_tokens)
+        .real<attr::kv_lookup_ms>(ms_since(t0));
+    note_tier_attrs(ev, c);
     emit(ev);
     return r;
 }
 
 restore_result stage_cache::restore(const restore_request & req) {
-    telemetry::event ev = make_event(lookup_event_name, req.ns, req.session);
+    const auto t0 = clock_type::now();
+    decision_event ev(lookup_event_name, req.ns.stage_index);
+    note_call(ev, req.session, req.request_id, req.message_kind);
     restore_result r;
     {
-        std::lock_guard<std::mutex> lock(mutex_);
-        r = restore_locked(req, ev);
+        lock_type lock(mutex_);
+        r = restore_impl(req, ev, lock);
     }
     if (!r.decision.empty()) {
         const int64_t n_id = r.restored_tokens > 0 ? r.restored_tokens : static_cast<int64_t>(req.tokens.size());
-        ev.attr("skippy.kv.page_id", prefix_page_id(req.ns, req.tokens.first(static_cast<size_t>(n_id))));
+        ev.text<attr::kv_page_id>(prefix_page_id(req.ns, req.tokens.first(static_cast<size_t>(n_id))))
+            .real<attr::kv_lookup_ms>(ms_since(t0));
         emit(ev);
     }
     return r;
 }
 
-restore_result stage_cache::restore_locked(const restore_request & req, telemetry::event & ev) {
+restore_result stage_cache::restore_impl(const restore_request & req, decision_event & ev, lock_type & lock) {
     restore_result r;
     if (!lookups_enabled()) return r;  // no decision, no event: lookups are off
     const uint64_t bit = stage_bit(req.ns.stage_index);
     const int64_t target = std::min<int64_t>(std::max<int64_t>(req.max_tokens, 0), static_cast<int64_t>(req.tokens.size()));
-    ev.attr("skippy.kv.query_tokens", static_cast<int64_t>(req.tokens.size())).attr("skippy.kv.max_tokens", req.max_tokens);
+    ev.num<attr::kv_query_tokens>(static_cast<int64_t>(req.tokens.size()))
+        .num<attr::kv_max_tokens>(req.max_tokens)
+        .num<attr::kv_token_start>(req.ns.token_start);
 
     auto finish = [&](lookup_outcome o) -> restore_result & {
         r.outcome = o;
@@ -164,16 +335,18 @@ restore_result stage_cache::restore_locked(const restore_request & req, telemetr
             ++r.counters.kv_lookup_misses;
         }
         totals_.merge(r.counters);
-        ev.attr("skippy.kv.decision", attr_text(r.decision))
-            .attr("skippy.kv.tier", attr_text(cache_tier_name(r.tier)))
-            .attr("skippy.kv.matched_tokens", r.matched_tokens)
-            .attr("skippy.kv.restored_tokens", r.restored_tokens)
-            .attr("skippy.kv.imported_pages", r.imported_pages);
-        if (o == lookup_outcome::error) ev.attr("skippy.kv.error_class", attr_text(error_class_name(r.error)));
+        count_look_locked(req.session, r.restored_tokens > 0 ? r.tier : cache_tier::none);
+        ev.text<attr::kv_decision>(r.decision)
+            .text<attr::kv_tier>(cache_tier_name(r.tier))
+            .num<attr::kv_matched_tokens>(r.matched_tokens)
+            .num<attr::kv_restored_tokens>(r.restored_tokens)
+            .num<attr::kv_imported_pages>(r.imported_pages)
+            .num<attr::kv_token_count>(r.restored_tokens);
+        if (o == lookup_outcome::error) ev.text<attr::kv_error_class>(error_class_name(r.error));
         const exact_state_stats xs = exact_.stats();
-        ev.attr("skippy.exact_cache.entries", xs.n_entries)
-            .attr("skippy.exact_cache.physical_bytes", xs.blobs.physical_bytes)
-            .attr("skippy.exact_cache.logical_bytes", xs.blobs.logical_bytes);
+        ev.num<attr::exact_entries>(xs.n_entries)
+            .num<attr::exact_physical_bytes>(xs.blobs.physical_bytes)
+            .num<attr::exact_logical_bytes>(xs.blobs.logical_bytes);
         return r;
     };
 
@@ -182,101 +355,107 @@ restore_result stage_cache::restore_locked(const restore_request & req, telemetr
         r.decision = nonzero_token_start_decision;
         ++r.counters.kv_lookup_misses;
         totals_.merge(r.counters);
-        ev.attr("skippy.kv.decision", attr_text(r.decision)).attr("skippy.kv.error_class", "unsupported");
+        count_look_locked(req.session, cache_tier::none);
+        ev.text<attr::kv_decision>(r.decision).text<attr::kv_error_class>("unsupported");
         return r;
     }
     if (target < config_.min_tokens) return finish(lookup_outcome::miss);
 
-    const match_result rm = resident_.enabled() ? index_.peek(req.ns.hash, req.tokens, entry_kind::resident) : match_result{};
-    const match_result em = config_.exact_max_bytes > 0 ? index_.peek(req.ns.hash, req.tokens, entry_kind::exact_state) : match_result{};
-    const int64_t resident_tokens = std::min(rm.matched_tokens, target);
-    const int64_t exact_tokens = std::min(em.matched_tokens, target);
-    r.matched_tokens = std::max(rm.matched_tokens, em.matched_tokens);
-    ev.attr("skippy.kv.resident_matched_tokens", rm.matched_tokens).attr("skippy.exact_cache.matched_tokens", em.matched_tokens);
+    candidates c{};
+    peek_tiers(req.ns, req.tokens, target, c, lock);
+    for (const tier_candidate & t : c) r.matched_tokens = std::max(r.matched_tokens, t.peek.matched_tokens);
+    note_tier_attrs(ev, c);
 
-    // Resident first (no copy); exact state only when it restores more.
-    cache_tier tier = cache_tier::none;
-    int64_t best = 0;
-    if (resident_tokens >= config_.min_tokens && resident_tokens >= exact_tokens) {
-        tier = cache_tier::resident;
-        best = resident_tokens;
-    } else if (exact_tokens >= config_.min_tokens) {
-        tier = cache_tier::exact_state;
-        best = exact_tokens;
+    int chosen = choose_tier(c, config_.min_tokens);
+    if (chosen < 0) {
+        // Nothing usable. A tier that could not even answer makes it an error (the
+        // request computes all the same).
+        for (const tier_candidate & t : c) {
+            if (t.peeked && t.peek.error != error_code::ok) {
+                r.error = t.peek.error;
+                return finish(lookup_outcome::error);
+            }
+        }
+        return finish(lookup_outcome::miss);
     }
-    if (tier == cache_tier::none) return finish(lookup_outcome::miss);
+    cache_tier tier = c[static_cast<size_t>(chosen)].tier;
+    int64_t best = c[static_cast<size_t>(chosen)].peek.restorable_tokens;
+    cache_tier_i * source = this->tier(tier);
+    if (!source->does_io() && any_io_tier()) {
+        // The lock was released while the io tiers were asked: the entry may be gone.
+        best = std::min(best, source->peek(tier_peek_request{req.ns, req.tokens, target}).restorable_tokens);
+        if (best < config_.min_tokens) return finish(lookup_outcome::miss);
+    }
     if (best < target && !req.allow_short) {
         // Nothing restored: a short answer is all-or-nothing for this caller.
         r.outcome = lookup_outcome::short_;
         r.decision = lookup_decision_name(req.kind, lookup_outcome::short_);
         ++r.counters.kv_lookup_misses;
         totals_.merge(r.counters);
-        ev.attr("skippy.kv.decision", attr_text(r.decision))
-            .attr("skippy.kv.tier", attr_text(cache_tier_name(tier)))
-            .attr("skippy.kv.matched_tokens", r.matched_tokens)
-            .attr("skippy.kv.restorable_tokens", best)
-            .attr("skippy.kv.restored_tokens", int64_t{0});
+        count_look_locked(req.session, cache_tier::none);
+        ev.text<attr::kv_decision>(r.decision)
+            .text<attr::kv_tier>(cache_tier_name(tier))
+            .num<attr::kv_matched_tokens>(r.matched_tokens)
+            .num<attr::kv_restorable_tokens>(best)
+            .num<attr::kv_restored_tokens>(0)
+            .num<attr::kv_token_count>(0);
         return r;
     }
 
     r.tier = tier;
-    if (tier == cache_tier::resident) {
-        match_result m = index_.lookup(req.ns.hash, req.tokens, entry_kind::resident);  // refreshes recency
-        status st = resident_.restore(m.id, req.session, best);
-        if (!st.is_ok()) {
-            r.error = st.code();
-            (void)backend_.truncate_session(req.session, 0);
-            return finish(lookup_outcome::error);
-        }
-        r.imported_pages = 1;
+    tier_restore_result tr;
+    if (source->does_io()) {
+        unlocked_importer importer(*this);
+        lock.unlock();
+        tr = source->restore(tier_restore_request{req.ns, req.session, req.tokens, best, &importer});
+        lock.lock();
     } else {
-        match_result m = index_.lookup(req.ns.hash, req.tokens, entry_kind::exact_state);
-        auto pages = restore_exact_locked(m.id, req.session, best);
-        if (!pages.is_ok()) {
-            r.error = pages.error().code();
-            if (is_validation_error(r.error)) ev.attr("skippy.exact_cache.quarantined", true);
-            return finish(lookup_outcome::error);
-        }
-        r.imported_pages = *pages;
+        locked_importer importer(*this);
+        tr = source->restore(tier_restore_request{req.ns, req.session, req.tokens, best, &importer});
     }
+    if (tr.error != error_code::ok) {
+        r.error = tr.error;
+        if (tier == cache_tier::exact_state) {
+            if (tr.quarantined) ++n_quarantines_;
+            if (is_validation_error(r.error)) ev.flag<attr::exact_quarantined>(true);
+        } else if (tier == cache_tier::disk && tr.quarantined) {
+            ev.flag<attr::disk_quarantined>(true);
+        }
+        return finish(lookup_outcome::error);
+    }
+    r.imported_pages = tr.imported_pages;
     r.restored_tokens = best;
-    ++(tier == cache_tier::resident ? n_resident_restores_ : n_exact_restores_);
+    ++n_restores_[tier_index(tier)];
     accumulator_.seed(req.session, req.tokens.first(static_cast<size_t>(best)));
     return finish(best == target ? lookup_outcome::hit : lookup_outcome::short_);
 }
 
-result<int64_t> stage_cache::restore_exact_locked(entry_id id, int32_t session, int64_t n_tokens) {
-    // The reference keeps the entry through admission below, which may demote resident
-    // entries into this tier and so evict exact-state entries.
-    SKIPPY_TRY(index_.acquire(id));
-    auto fail = [&](const status & st) -> status {
+status stage_cache::import_locked(int32_t session, std::span<const page_bytes> pages, int64_t n_tokens) {
+    auto fail = [&](const status & st) {
         (void)backend_.truncate_session(session, 0);
-        (void)index_.release(id);
-        if (is_validation_error(st.code()) && exact_.quarantine(id).is_ok()) ++n_quarantines_;
         return st;
     };
     status st = backend_.truncate_session(session, 0);
     if (!st.is_ok()) return fail(st);
-    auto pages = exact_.read_pages(id, n_tokens);
-    if (!pages.is_ok()) return fail(pages.error());
-    const int64_t end = pages->empty() ? 0 : pages->back().token_start + pages->back().token_count;
+    const int64_t end = pages.empty() ? 0 : pages.back().token_start + pages.back().token_count;
     const int64_t bt = backend_.block_tokens();
-    (void)resident_.make_room((end + bt - 1) / bt, demote_hook_);
-    for (const page_bytes & p : *pages) {
+    (void)resident_tier_.evict(tier_evict_request{(end + bt - 1) / bt});
+    for (const page_bytes & p : pages) {
         st = backend_.import_page(session, p.bytes);
         if (!st.is_ok()) return fail(st);
     }
     st = backend_.truncate_session(session, n_tokens);
     if (!st.is_ok()) return fail(st);
-    (void)index_.release(id);
-    return static_cast<int64_t>(pages->size());
+    return status::ok();
 }
 
 activation_restore_result stage_cache::restore_with_activation(const activation_restore_request & req) {
     activation_restore_result out;
+    const auto t0 = clock_type::now();
     const int64_t n = static_cast<int64_t>(req.tokens.size());
     const int64_t max_tokens = req.max_tokens < 0 ? n : std::min(req.max_tokens, n);
-    telemetry::event ev = make_event(lookup_event_name, req.ns, req.session);
+    decision_event ev(lookup_event_name, req.ns.stage_index);
+    note_call(ev, req.session, req.request_id, req.message_kind);
     const bool want_frame = lookups_enabled() && activation_.enabled() && max_tokens == n && n >= config_.min_tokens &&
                             check_token_start(req.ns).is_ok();
     activation_key key;
@@ -284,11 +463,15 @@ activation_restore_result stage_cache::restore_with_activation(const activation_
     // Only a full hit skips compute, and a chunk that does not skip is computed whole, so
     // KV restored without its frame, or short of it, would only be rolled back: without a
     // frame the KV is not looked up, and with one it is all-or-nothing.
-    restore_request kv_req{req.ns, req.session, req.tokens, max_tokens, lookup_kind::in_band, false};
+    restore_request kv_req{req.ns, req.session, req.tokens, max_tokens, lookup_kind::in_band, false, req.request_id, req.message_kind};
     {
-        std::lock_guard<std::mutex> lock(mutex_);
+        lock_type lock(mutex_);
         if (want_frame) out.frame = activation_.lookup(key);
-        if (out.frame) out.kv = restore_locked(kv_req, ev);
+        if (out.frame) {
+            out.kv = restore_impl(kv_req, ev, lock);
+        } else if (lookups_enabled()) {
+            count_look_locked(req.session, cache_tier::none);  // the stage looked and computes the chunk
+        }
     }
     if (!out.frame) {
         out.outcome = activation_outcome::miss;
@@ -305,14 +488,13 @@ activation_restore_result stage_cache::restore_with_activation(const activation_
     out.decision = activation_decision_name(out.outcome);
     if (!lookups_enabled()) return out;
     // The event's decision is the activation's; the KV decision rides along.
-    for (auto & a : ev.attrs) {
-        if (a.first == "skippy.kv.decision") a.first = "skippy.kv.restore_decision";
-    }
-    ev.attr("skippy.kv.decision", attr_text(out.decision))
-        .attr("skippy.activation_cache.hit", out.outcome == activation_outcome::hit)
-        .attr("skippy.activation_cache.width", int64_t{req.width})
-        .attr("skippy.activation_cache.bytes", activation_.stats().n_bytes)
-        .attr("skippy.kv.page_id", prefix_page_id(req.ns, req.tokens));
+    ev.move<attr::kv_decision, attr::kv_restore_decision>()
+        .text<attr::kv_decision>(out.decision)
+        .flag<attr::activation_hit>(out.outcome == activation_outcome::hit)
+        .num<attr::activation_width>(req.width)
+        .num<attr::activation_bytes>(activation_.stats().n_bytes)
+        .text<attr::kv_page_id>(prefix_page_id(req.ns, req.tokens))
+        .real<attr::kv_lookup_ms>(ms_since(t0));
     emit(ev);
     return out;
 }
@@ -334,39 +516,43 @@ admission_result stage_cache::make_room_for_write(int32_t session, int64_t pos_s
         }
         out.needed_blocks = *needed;
         const int64_t demotions_before = n_demotions_;
-        make_room_result m = resident_.make_room(out.needed_blocks, demote_hook_);
+        const tier_evict_result m = resident_tier_.evict(tier_evict_request{out.needed_blocks});
         out.n_free_blocks = m.n_free_blocks;
         out.n_evicted = m.n_evicted;
+        out.n_lost = m.n_evicted - m.n_kept;
         out.enough = m.enough;
         n_demoted = n_demotions_ - demotions_before;
         // Every namespace of one cache names the same stage; an eviction implies one.
         if (!namespaces_.empty()) stage_index = namespaces_.begin()->second.stage_index;
     }
-    if (out.n_evicted > 0 && sink_) {  // emitted outside the lock: the sink may write a file
-        telemetry::event ev;
-        ev.name = std::string(eviction_event_name);
-        ev.stage = stage_index;
-        ev.level = telemetry::event_level::debug;
-        ev.attr("skippy.kv.session", int64_t{session})
-            .attr("skippy.kv.needed_blocks", out.needed_blocks)
-            .attr("skippy.kv.evicted_entries", out.n_evicted)
-            .attr("skippy.kv.demoted_entries", n_demoted)
-            .attr("skippy.kv.free_blocks", out.n_free_blocks)
-            .attr("skippy.kv.enough", out.enough);
+    if ((out.n_evicted > 0 || !out.enough) && sink_) {  // emitted outside the lock: the sink may write a file
+        // Summary when something left the cache for good or the write will not fit;
+        // evictions whose prefixes another tier keeps are routine (debug).
+        const bool notable = out.n_lost > 0 || !out.enough;
+        decision_event ev(eviction_event_name, stage_index, notable ? telemetry::event_level::summary : telemetry::event_level::debug);
+        ev.num<attr::kv_session>(session)
+            .num<attr::kv_needed_blocks>(out.needed_blocks)
+            .num<attr::kv_evicted_entries>(out.n_evicted)
+            .num<attr::kv_demoted_entries>(n_demoted)
+            .num<attr::kv_lost_entries>(out.n_lost)
+            .num<attr::kv_free_blocks>(out.n_free_blocks)
+            .flag<attr::kv_enough>(out.enough);
         emit(ev);
     }
     return out;
 }
 
-void stage_cache::demote_locked(const evicted_resident & ev) {
-    if (!config_.demote_on_evict || config_.exact_max_bytes <= 0) return;
-    if (index_.peek(ev.ns, ev.tokens, entry_kind::exact_state).matched_tokens == static_cast<int64_t>(ev.tokens.size())) {
-        return;  // already there (recorded by the worker)
+bool stage_cache::demote_locked(const evicted_resident & ev) {
+    if (config_.exact_max_bytes > 0 &&
+        index_.peek(ev.ns, ev.tokens, entry_kind::exact_state).matched_tokens == static_cast<int64_t>(ev.tokens.size())) {
+        return true;  // already there (recorded by the worker)
     }
+    if (disk_tier_ && disk_tier_->holds(ev.ns, ev.tokens)) return true;
+    if (!config_.demote_on_evict || config_.exact_max_bytes <= 0) return false;
     auto ns = namespaces_.find(ev.ns);
-    if (ns == namespaces_.end()) return;
+    if (ns == namespaces_.end()) return false;
     auto pages = export_pages(ns->second, ev.tokens, ev.blocks);
-    if (!pages.is_ok()) return;
+    if (!pages.is_ok()) return false;
     uint64_t bytes = 0;
     for (const page_bytes & p : *pages) bytes += p.bytes.size();
     const uint64_t n_pages = pages->size();
@@ -375,7 +561,9 @@ void stage_cache::demote_locked(const evicted_resident & ev) {
         ++n_demotions_;
         totals_.kv_recorded_pages += n_pages;
         totals_.kv_recorded_bytes += bytes;
+        return true;
     }
+    return false;
 }
 
 result<std::vector<page_bytes>> stage_cache::export_pages(const cache_namespace & ns, std::span<const token_id> tokens,
@@ -386,7 +574,7 @@ result<std::vector<page_bytes>> stage_cache::export_pages(const cache_namespace 
         const int64_t count = std::min(config_.exact_page_tokens, n - start);
         SKIPPY_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, backend_.export_page(blocks, n, start, count));
         const digest256 h = prefix_hash(ns, tokens.first(static_cast<size_t>(start + count)));
-        pages.push_back(page_bytes{start, count, page_id(ns, start, count, h), std::move(bytes)});
+        pages.push_back(page_bytes{start, count, page_id(ns, start, count, h), std::move(bytes), {}});
     }
     return pages;
 }
@@ -401,37 +589,54 @@ void stage_cache::note_prefill(int32_t session, int64_t pos_start, std::span<con
 }
 
 record_result stage_cache::record(const cache_namespace & ns, int32_t session, record_reason reason) {
+    return record(record_request{ns, session, reason, 0, {}});
+}
+
+record_result stage_cache::record(const record_request & req) {
     std::vector<token_id> tokens;
     {
         std::lock_guard<std::mutex> lock(mutex_);
-        if (!records_enabled() || !accumulator_.dirty(session)) return record_result{};
-        std::span<const token_id> acc = accumulator_.tokens(session);
+        if (!records_enabled() || !accumulator_.dirty(req.session)) return record_result{};
+        std::span<const token_id> acc = accumulator_.tokens(req.session);
         tokens.assign(acc.begin(), acc.end());
-        accumulator_.mark_recorded(session);
+        accumulator_.mark_recorded(req.session);
     }
-    return record_tokens(ns, session, tokens, reason);
+    return record_tokens(req, tokens);
 }
 
 record_result stage_cache::record_tokens(const cache_namespace & ns, int32_t session, std::span<const token_id> tokens,
                                          record_reason reason) {
+    return record_tokens(record_request{ns, session, reason, 0, {}}, tokens);
+}
+
+record_result stage_cache::record_tokens(const record_request & req, std::span<const token_id> tokens) {
     record_result r;
     if (!records_enabled()) return r;
+    const auto t0 = clock_type::now();
+    const cache_namespace & ns = req.ns;
+    const int32_t session = req.session;
     const int64_t n = static_cast<int64_t>(tokens.size());
     r.tokens = n;
-    telemetry::event ev = make_event(record_event_name, ns, session);
-    ev.attr("skippy.kv.reason", reason == record_reason::final_prefill ? "final_prefill" : "stop")
-        .attr("skippy.kv.record_tokens", n);
+    decision_event ev(record_event_name, ns.stage_index);
+    note_call(ev, session, req.request_id, req.message_kind);
+    ev.text<attr::kv_reason>(req.reason == record_reason::final_prefill ? "final_prefill" : "stop")
+        .num<attr::kv_record_tokens>(n)
+        .num<attr::kv_token_start>(ns.token_start)
+        .num<attr::kv_token_count>(n);
     auto finish = [&](record_outcome o) {
         r.outcome = o;
         r.decision = record_decision_name(o);
-        ev.attr("skippy.kv.decision", attr_text(r.decision))
-            .attr("skippy.kv.resident", attr_text(resident_record_name(r.resident)))
-            .attr("skippy.exact_cache.record", attr_text(exact_record_state_name(r.exact)))
-            .attr("skippy.kv.recorded_bytes", static_cast<int64_t>(r.counters.kv_recorded_bytes));
+        ev.text<attr::kv_decision>(r.decision)
+            .text<attr::kv_resident>(resident_record_name(r.resident))
+            .text<attr::exact_record>(exact_record_state_name(r.exact))
+            .num<attr::kv_recorded_bytes>(static_cast<int64_t>(r.counters.kv_recorded_bytes))
+            .real<attr::kv_record_ms>(ms_since(t0));
+        if (disk_tier_) ev.text<attr::disk_record>(exact_record_state_name(r.disk));
+        if (redis_tier_) ev.text<attr::redis_record>(exact_record_state_name(r.redis));
         if (o == record_outcome::error || o == record_outcome::unsupported) {
-            ev.attr("skippy.kv.error_class", attr_text(error_class_name(r.error)));
+            ev.text<attr::kv_error_class>(error_class_name(r.error));
         }
-        if (n > 0) ev.attr("skippy.kv.page_id", prefix_page_id(ns, tokens));
+        if (n > 0) ev.text<attr::kv_page_id>(prefix_page_id(ns, tokens));
         emit(ev);
         return r;
     };
@@ -447,105 +652,179 @@ record_result stage_cache::record_tokens(const cache_namespace & ns, int32_t ses
         return finish(record_outcome::error);
     }
 
-    std::shared_ptr<block_snapshot> snapshot;
-    std::function<void()> hook;
+    const tier_record_request tier_req{ns, tokens, session};
+    page_wants wants;
+    auto page_state = [&](cache_tier_i * t, page_record_state & state, bool & want) {
+        if (!t || !t->enabled()) return;
+        const tier_record_result tr = t->record(tier_req);
+        if (tr.state == tier_record_state::covered) {
+            state = page_record_state::present;
+        } else if (tr.state == tier_record_state::wants_pages) {
+            want = true;
+        } else if (tr.state == tier_record_state::error) {
+            state = page_record_state::error;
+            r.error = tr.error;
+        }
+    };
     {
         std::lock_guard<std::mutex> lock(mutex_);
         namespaces_.emplace(ns.hash, ns);
-        if (resident_.enabled()) {
-            auto rr = resident_.record(ns.hash, tokens, session, demote_hook_);
-            if (rr.is_ok()) {
-                r.resident = rr->outcome;
-            } else {
-                r.error = rr.error().code();
-            }
+        if (resident_tier_.enabled()) {
+            const tier_record_result rr = resident_tier_.record(tier_req);
+            r.resident = rr.resident;
+            if (rr.state == tier_record_state::error) r.error = rr.error;
         }
-        if (config_.exact_max_bytes > 0) {
-            if (index_.peek(ns.hash, tokens, entry_kind::exact_state).matched_tokens == n) {
-                r.exact = exact_record_state::present;
-            } else if (worker_.busy()) {
-                r.exact = exact_record_state::skipped_busy;
-            } else if (auto blocks = backend_.session_blocks(session, n); blocks.is_ok()) {
-                snapshot = std::make_shared<block_snapshot>(backend_, std::move(*blocks));
-                hook = record_hook_;
-            } else {
-                r.exact = exact_record_state::error;
-                r.error = blocks.error().code();
-            }
+        page_state(&exact_tier_, r.exact, wants.exact);
+    }
+    page_state(disk_tier_.get(), r.disk, wants.disk);    // io tiers: without the lock
+    page_state(redis_tier_.get(), r.redis, wants.redis);
+
+    const page_wants asked = wants;
+    std::shared_ptr<block_snapshot> snapshot;
+    std::function<void()> hook;
+    bool blocks_failed = false;
+    if (wants.any()) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (worker_.busy()) {
+            // skipped, not waited for
+        } else if (auto blocks = backend_.session_blocks(session, n); blocks.is_ok()) {
+            snapshot = std::make_shared<block_snapshot>(backend_, std::move(*blocks));
+            hook = record_hook_;
+        } else {
+            r.error = blocks.error().code();
+            blocks_failed = true;
         }
     }
+    bool queued = false;
     if (snapshot) {
         // Outside the lock: a dropped job releases its snapshot on this thread.
-        const bool queued = worker_.try_submit(
-            [this, ns, copy = std::vector<token_id>(tokens.begin(), tokens.end()), snapshot, hook]() {
+        queued = worker_.try_submit(
+            [this, ns, copy = std::vector<token_id>(tokens.begin(), tokens.end()), snapshot, hook, wants]() {
                 if (hook) hook();
-                run_record_job(ns, copy, snapshot->blocks);
+                run_record_job(ns, copy, snapshot->blocks, wants);
             });
-        r.exact = queued ? exact_record_state::queued : exact_record_state::skipped_busy;
         snapshot.reset();  // a queued job holds its own reference
     }
+    auto settle = [&](bool was_asked, page_record_state & state) {
+        if (!was_asked) return;
+        state = blocks_failed ? page_record_state::error : queued ? page_record_state::queued : page_record_state::skipped_busy;
+    };
+    settle(asked.exact, r.exact);
+    settle(asked.disk, r.disk);
+    settle(asked.redis, r.redis);
 
     const bool resident_took = r.resident == resident_record_outcome::recorded;
-    const bool exact_took = r.exact == exact_record_state::queued;
+    const bool pages_took = queued;
     if (resident_took) {
         r.counters.kv_recorded_pages += 1;
         r.counters.kv_recorded_bytes += static_cast<uint64_t>(n * backend_.bytes_per_token());
     }
-    if (resident_took || exact_took) r.counters.kv_record_stage_mask |= stage_bit(ns.stage_index);
+    if (resident_took || pages_took) r.counters.kv_record_stage_mask |= stage_bit(ns.stage_index);
     {
         std::lock_guard<std::mutex> lock(mutex_);
         totals_.merge(r.counters);
-        if (exact_took) ++n_records_queued_;
-        if (r.exact == exact_record_state::skipped_busy) ++n_records_skipped_busy_;
+        if (pages_took) ++n_records_queued_;
+        if (r.exact == exact_record_state::skipped_busy || r.disk == page_record_state::skipped_busy ||
+            r.redis == page_record_state::skipped_busy) {
+            ++n_records_skipped_busy_;
+        }
     }
 
+    auto has = [](page_record_state s) { return s == page_record_state::present || s == page_record_state::off; };
     const bool resident_has = r.resident == resident_record_outcome::covered || r.resident == resident_record_outcome::off;
-    const bool exact_has = r.exact == exact_record_state::present || r.exact == exact_record_state::off;
-    const bool any_tier = resident_.enabled() || config_.exact_max_bytes > 0;
-    if (resident_took || exact_took) return finish(record_outcome::recorded);
+    const bool any_tier = resident_tier_.enabled() || exact_tier_.enabled() || disk_tier_ || redis_tier_;
+    if (resident_took || pages_took) return finish(record_outcome::recorded);
     if (r.error != error_code::ok) return finish(record_outcome::error);
-    if (any_tier && resident_has && exact_has) return finish(record_outcome::skipped_cached);
+    if (any_tier && resident_has && has(r.exact) && has(r.disk) && has(r.redis)) return finish(record_outcome::skipped_cached);
     return finish(record_outcome::skipped);
 }
 
 void stage_cache::run_record_job(const cache_namespace & ns, const std::vector<token_id> & tokens,
-                                 const std::vector<kv_block_id> & blocks) {
+                                 const std::vector<kv_block_id> & blocks, page_wants wants) {
     // Export without the lock: the snapshot's references keep the blocks unchanged
     // (a session writing on copies a shared block first).
     auto pages = export_pages(ns, tokens, blocks);
     // Content addresses too: hashing megabytes under the lock would stall every
     // forward waiting in make_room_for_write behind this background job.
-    if (pages.is_ok()) {
+    if (pages.is_ok() && wants.exact) {
         for (page_bytes & p : *pages) p.block_digests = blob_store::block_digests(p.bytes, exact_.config().block_bytes);
     }
-    telemetry::event ev;  // no session: the request that asked may be long gone
-    ev.name = std::string(exact_store_event_name);
-    ev.stage = ns.stage_index;
-    ev.level = telemetry::event_level::debug;
-    ev.attr("skippy.kv.record_tokens", static_cast<int64_t>(tokens.size()));
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
+    const int64_t n_tokens = static_cast<int64_t>(tokens.size());
+    int64_t page_bytes_total = 0;
+    if (pages.is_ok()) {
+        for (const page_bytes & p : *pages) page_bytes_total += static_cast<int64_t>(p.bytes.size());
+    }
+    if (wants.exact) {
+        decision_event ev(exact_store_event_name, ns.stage_index, telemetry::event_level::debug);  // no session: the request may be gone
+        ev.num<attr::kv_record_tokens>(n_tokens);
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (!pages.is_ok()) {
+                ++n_records_failed_;
+                ev.text<attr::exact_record>("error").text<attr::kv_error_class>(error_class_name(pages.error().code()));
+            } else {
+                ev.num<attr::exact_pages>(static_cast<int64_t>(pages->size())).num<attr::exact_page_bytes>(page_bytes_total);
+                const tier_store_result st = exact_tier_.store(tier_store_request{ns, tokens, *pages});
+                if (st.state == tier_store_state::refused) {
+                    ++n_records_failed_;
+                    ev.text<attr::exact_record>("refused").text<attr::kv_error_class>(error_class_name(st.error));
+                } else {
+                    ++n_records_stored_;
+                    ev.text<attr::exact_record>(tier_store_state_name(st.state)).num<attr::exact_evicted_entries>(st.n_evicted);
+                }
+                // Summary when entries left the tier (or it refused): the cache lost something.
+                if (st.n_evicted > 0 || st.state == tier_store_state::refused) ev.set_level(telemetry::event_level::summary);
+                const auto xs = exact_.stats();
+                ev.num<attr::exact_entries>(xs.n_entries).num<attr::exact_physical_bytes>(xs.blobs.physical_bytes);
+            }
+            if (!pages.is_ok()) ev.set_level(telemetry::event_level::summary);
+        }
+        emit(ev);
+    }
+    auto store_io = [&](cache_tier_i * t, std::string_view event_name, bool want) {
+        if (!t || !want) return;
+        const auto t0 = clock_type::now();
+        decision_event ev(event_name, ns.stage_index, telemetry::event_level::debug);
+        ev.num<attr::kv_record_tokens>(n_tokens);
+        const bool is_disk = t->id() == cache_tier::disk;
+        tier_store_result st;
         if (!pages.is_ok()) {
-            ++n_records_failed_;
-            ev.attr("skippy.exact_cache.record", attr_text("error")).attr("skippy.kv.error_class", attr_text(error_class_name(pages.error().code())));
+            st.state = tier_store_state::error;
+            st.error = pages.error().code();
         } else {
-            int64_t bytes = 0;
-            for (const page_bytes & p : *pages) bytes += static_cast<int64_t>(p.bytes.size());
-            ev.attr("skippy.exact_cache.pages", static_cast<int64_t>(pages->size())).attr("skippy.exact_cache.page_bytes", bytes);
-            auto ins = exact_.insert(ns.hash, tokens, std::move(*pages));
-            if (ins.is_ok()) {
+            st = t->store(tier_store_request{ns, tokens, *pages});
+        }
+        if (is_disk) {
+            ev.text<attr::disk_record>(tier_store_state_name(st.state))
+                .num<attr::disk_pages>(st.n_pages_written)
+                .num<attr::disk_bytes_written>(st.bytes_written)
+                .num<attr::disk_evicted_entries>(st.n_evicted);
+            const disk_tier_stats ds = disk_tier_->disk_stats();
+            ev.num<attr::disk_entries>(ds.n_entries).num<attr::disk_bytes>(ds.bytes);
+        } else {
+            ev.text<attr::redis_record>(tier_store_state_name(st.state))
+                .num<attr::redis_pages>(st.n_pages_written)
+                .num<attr::redis_bytes_written>(st.bytes_written);
+        }
+        if (st.state == tier_store_state::refused || st.state == tier_store_state::error) {
+            ev.text<attr::kv_error_class>(error_class_name(st.error));
+        }
+        if (st.n_evicted > 0 || st.state == tier_store_state::refused || st.state == tier_store_state::error) {
+            ev.set_level(telemetry::event_level::summary);
+        }
+        ev.real<attr::kv_record_ms>(ms_since(t0));
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (st.state == tier_store_state::stored || st.state == tier_store_state::present) {
                 ++n_records_stored_;
-                ev.attr("skippy.exact_cache.record", attr_text(ins->inserted ? "stored" : "present"))
-                    .attr("skippy.exact_cache.evicted_entries", ins->n_evicted);
             } else {
                 ++n_records_failed_;
-                ev.attr("skippy.exact_cache.record", attr_text("refused")).attr("skippy.kv.error_class", attr_text(error_class_name(ins.error().code())));
             }
-            const auto s = exact_.stats();
-            ev.attr("skippy.exact_cache.entries", s.n_entries).attr("skippy.exact_cache.physical_bytes", s.blobs.physical_bytes);
         }
-    }
-    emit(ev);
+        emit(ev);
+    };
+    store_io(disk_tier_.get(), disk_store_event_name, wants.disk);
+    store_io(redis_tier_.get(), redis_store_event_name, wants.redis);
 }
 
 bool stage_cache::record_activation(const cache_namespace & ns, std::span<const token_id> tokens, int32_t width,
@@ -560,6 +839,7 @@ bool stage_cache::record_activation(const cache_namespace & ns, std::span<const 
 void stage_cache::reset_session(int32_t session) {
     std::lock_guard<std::mutex> lock(mutex_);
     accumulator_.reset(session);
+    looks_.erase(session);
 }
 
 void stage_cache::rollback_session(int32_t session) {
@@ -587,11 +867,49 @@ stage_cache_stats stage_cache::stats() const {
         s.n_records_stored = n_records_stored_;
         s.n_records_failed = n_records_failed_;
         s.n_quarantines = n_quarantines_;
-        s.n_resident_restores = n_resident_restores_;
-        s.n_exact_restores = n_exact_restores_;
+        s.n_resident_restores = n_restores_[tier_index(cache_tier::resident)];
+        s.n_exact_restores = n_restores_[tier_index(cache_tier::exact_state)];
+        s.n_disk_restores = n_restores_[tier_index(cache_tier::disk)];
+        s.n_redis_restores = n_restores_[tier_index(cache_tier::redis)];
     }
+    if (disk_tier_) s.disk = disk_tier_->disk_stats();
+    if (redis_tier_) s.redis = redis_tier_->redis_stats();
     s.worker = worker_.stats();
     return s;
+}
+
+std::vector<tier_snapshot> stage_cache::tier_snapshots() const {
+    std::vector<tier_snapshot> out;
+    std::array<int64_t, n_cache_tiers> hits{}, misses{};
+    activation_stats act;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        hits = n_look_hits_;
+        misses = n_look_misses_;
+        act = activation_.stats();
+        for (cache_tier t : {cache_tier::resident, cache_tier::exact_state}) {
+            out.push_back(tier_snapshot{cache_tier_name(t), tier(t)->stats()});
+        }
+    }
+    for (cache_tier_i * t : {static_cast<cache_tier_i *>(disk_tier_.get()), static_cast<cache_tier_i *>(redis_tier_.get())}) {
+        if (t) out.push_back(tier_snapshot{cache_tier_name(t->id()), t->stats()});
+    }
+    for (tier_snapshot & s : out) {
+        for (size_t i = 0; i < n_cache_tiers; ++i) {
+            if (cache_tier_name(static_cast<cache_tier>(i + 1)) == s.name) {
+                s.stats.hits = hits[i];
+                s.stats.misses = misses[i];
+            }
+        }
+    }
+    tier_stats a;
+    a.hits = act.n_hits;
+    a.misses = act.n_misses;
+    a.evictions = act.n_evictions;
+    a.entries = act.n_entries;
+    a.bytes = act.n_bytes;
+    out.push_back(tier_snapshot{"activation", a});
+    return out;
 }
 
 void stage_cache::wait_for_records() { worker_.wait_idle(); }
@@ -606,6 +924,7 @@ status stage_cache::check_invariants() const {
     SKIPPY_TRY(index_.check_invariants());
     SKIPPY_TRY(resident_.check_invariants());
     SKIPPY_TRY(exact_.check_invariants());
+    if (disk_tier_) SKIPPY_TRY(disk_tier_->check_invariants());
     return status::ok();
 }
 

@@ -1,9 +1,10 @@
 // The stage's prefix cache: what the stage message loop calls (DESIGN §6).
 //
-// It ties together the radix index, the resident tier (live pool blocks), the
-// exact-state tier (serialized pages, recorded on a worker thread), the activation
-// cache, the per-session prompt accumulator and the decision events. The runtime is
-// reached only through kv_backend_i.
+// It ties together the tiers (tier.h: resident pool blocks, exact-state pages in host
+// memory, page files on disk, pages on a shared Redis), the radix index of the
+// in-memory tiers, the activation cache, the per-session prompt accumulator, the
+// record worker and the decision events. The runtime is reached only through
+// kv_backend_i.
 //
 // Every call is safe from any thread, but calls naming a session must come from the
 // thread driving that session (the backend's rule). Cache failures never fail a
@@ -19,16 +20,21 @@
 
 #include "base/status.h"
 #include "cache/activation_cache.h"
+#include "cache/decision_event.h"
 #include "cache/decisions.h"
+#include "cache/disk_tier.h"
 #include "cache/exact_state_store.h"
 #include "cache/identity.h"
 #include "cache/kv_backend.h"
+#include "cache/memory_tiers.h"
 #include "cache/radix_index.h"
 #include "cache/record_worker.h"
+#include "cache/redis_tier.h"
 #include "cache/resident_cache.h"
 #include "cache/session_accumulator.h"
 #include "telemetry/telemetry.h"
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -50,17 +56,28 @@ struct stage_cache_config {
     int64_t exact_page_tokens = 64;               // exact-state pages cover [k*this, (k+1)*this): shared prefixes dedupe by page
     int64_t exact_block_bytes = 64ll << 10;       // blob block size of the exact-state store
     int64_t activation_max_bytes = 64ll << 20;    // activation cache capacity; 0 turns it off (final stages)
+    std::string disk_dir;                         // --kv-cache-disk: this stage's page-file directory (disk_dir_for_stage); "" turns the tier off
+    int64_t disk_max_bytes = 0;                   // --kv-cache-disk-max-bytes: 0 = min(10 GiB, 10% of the filesystem)
+    std::string redis_url;                        // --kv-cache-redis: redis://host[:port][/db]; "" turns the tier off
+    int32_t redis_timeout_ms = 50;                // --kv-cache-redis-timeout-ms: bound on connecting and on every command
+    disk_fault_hook disk_fault_for_testing;       // injected write failures (tests only)
 
     // invalid_argument naming the first bad field.
     status validate() const;
     int64_t effective_soft_bytes() const { return exact_soft_bytes > 0 ? exact_soft_bytes : exact_max_bytes - exact_max_bytes / 4; }
 };
 
+// The directory of stage `stage_index` under the --kv-cache-disk directory: every
+// stage of a process keeps its own ("DIR/stage-1"), each owned by one process.
+std::string disk_dir_for_stage(const std::string & dir, int32_t stage_index);
+
 struct probe_request {
     cache_namespace           ns;
     std::span<const token_id> tokens;      // the query (the prompt)
     int64_t                   max_tokens = 0;  // the most the caller would restore (prompt_tokens - 1)
     int32_t                   session = -1;    // for the event only
+    uint64_t                  request_id = 0;  // for the event only (0: not given)
+    std::string_view          message_kind = {};  // for the event only (e.g. "ProbePrefill")
 };
 
 struct probe_result {
@@ -77,6 +94,8 @@ struct restore_request {
     int64_t                   max_tokens = 0;   // restore at most this many (prompt_tokens - 1)
     lookup_kind               kind = lookup_kind::restore;
     bool                      allow_short = true;  // false: all of min(max_tokens, tokens) or nothing
+    uint64_t                  request_id = 0;      // for the event only
+    std::string_view          message_kind = {};   // for the event only
 };
 
 struct restore_result {
@@ -96,6 +115,8 @@ struct activation_restore_request {
     std::span<const token_id> tokens;           // the chunk's tokens from position 0
     int32_t                   width = 0;        // row width of the frame (n_embd)
     int64_t                   max_tokens = -1;  // -1: tokens.size()
+    uint64_t                  request_id = 0;   // for the event only
+    std::string_view          message_kind = {};  // for the event only
 };
 
 struct activation_restore_result {
@@ -107,7 +128,17 @@ struct activation_restore_result {
 
 enum class record_reason : uint8_t { final_prefill, stop };
 
+struct record_request {
+    cache_namespace  ns;
+    int32_t          session = 0;
+    record_reason    reason = record_reason::final_prefill;
+    uint64_t         request_id = 0;  // for the event only
+    std::string_view message_kind = {};  // for the event only
+};
+
+// What a record did in a tier that stores pages (exact state, disk, Redis).
 enum class exact_record_state : uint8_t { off, queued, present, skipped_busy, error };
+using page_record_state = exact_record_state;
 std::string_view exact_record_state_name(exact_record_state s);
 std::string_view resident_record_name(resident_record_outcome o);
 
@@ -119,6 +150,8 @@ struct record_result {
     exact_record_state      exact = exact_record_state::off;
     error_code              error = error_code::ok;
     cache_counters          counters;
+    page_record_state       disk = page_record_state::off;
+    page_record_state       redis = page_record_state::off;
 };
 
 struct admission_result {
@@ -127,6 +160,14 @@ struct admission_result {
     int64_t    n_evicted = 0;
     bool       enough = false;  // n_free_blocks >= needed_blocks
     error_code error = error_code::ok;
+    int64_t    n_lost = 0;      // evicted entries no other tier holds (neither demoted nor already there)
+};
+
+// One tier's numbers for /metrics (docs/metrics.md): name "resident", "exact_state",
+// "disk", "redis" or "activation".
+struct tier_snapshot {
+    std::string_view name;
+    tier_stats       stats;
 };
 
 struct stage_cache_stats {
@@ -145,6 +186,10 @@ struct stage_cache_stats {
     int64_t n_quarantines = 0;
     int64_t n_resident_restores = 0;  // restores served by the resident tier
     int64_t n_exact_restores = 0;     // restores served by the exact-state tier
+    int64_t n_disk_restores = 0;
+    int64_t n_redis_restores = 0;
+    disk_tier_stats  disk;           // zero when the tier is off
+    redis_tier_stats redis;
 };
 
 class stage_cache {
@@ -153,8 +198,9 @@ public:
     stage_cache(kv_backend_i & backend, const stage_cache_config & config, telemetry::event_sink_ptr sink = nullptr);
     static result<std::unique_ptr<stage_cache>> create(kv_backend_i & backend, const stage_cache_config & config,
                                                        telemetry::event_sink_ptr sink = nullptr);
-    // Stops the worker (a running record finishes, a pending one is dropped) and
-    // releases every block the cache holds.
+    // Stops the worker and releases every block the cache holds. A running record
+    // finishes; a pending one is dropped, unless a disk or Redis tier is on: then it
+    // runs first, so an orderly shutdown (SIGTERM) keeps what was queued.
     ~stage_cache();
     stage_cache(const stage_cache &) = delete;
     stage_cache & operator=(const stage_cache &) = delete;
@@ -185,10 +231,12 @@ public:
     // Records the session's accumulated prompt when tokens were added since it was
     // restored or last recorded; otherwise does nothing (no event).
     record_result record(const cache_namespace & ns, int32_t session, record_reason reason);
+    record_result record(const record_request & req);
     // Records positions [0, tokens.size()) of the session as the prefix `tokens`.
     // REQUIRES: the session's KV was computed from exactly these tokens.
     record_result record_tokens(const cache_namespace & ns, int32_t session, std::span<const token_id> tokens,
                                 record_reason reason);
+    record_result record_tokens(const record_request & req, std::span<const token_id> tokens);
 
     // Keeps the frame a non-final stage forwarded for tokens [0, n). false when off,
     // too short, or too large.
@@ -201,6 +249,11 @@ public:
     void rollback_session(int32_t session);
 
     stage_cache_stats stats() const;
+    // Per tier, for /metrics: resident, exact_state, disk and redis when on, activation.
+    // A KV lookup counts once per request and stage (probes and in-band chunks
+    // included): a hit in the tier that served it, a miss in every enabled tier before
+    // it, or in every enabled tier when none served.
+    std::vector<tier_snapshot> tier_snapshots() const;
 
     // Blocks until the record worker is idle. For tests and orderly shutdown only:
     // requests never wait for records.
@@ -209,45 +262,79 @@ public:
     void set_record_hook_for_testing(std::function<void()> hook);
     // Test access to the exact-state store (corruption tests). REQUIRES: no concurrent use.
     exact_state_store & exact_store_for_testing() { return exact_; }
+    // The disk tier (null when off). For tests.
+    disk_tier * disk_for_testing() { return disk_tier_.get(); }
     // ok or the first broken invariant of index and tiers. For tests.
     status check_invariants() const;
 
 private:
     struct block_snapshot;
+    class locked_importer;
+    class unlocked_importer;
+    using lock_type = std::unique_lock<std::mutex>;
+    using candidates = std::array<tier_candidate, n_cache_tiers>;
+    // Which tiers a record job stores pages into.
+    struct page_wants {
+        bool exact = false, disk = false, redis = false;
+        bool any() const { return exact || disk || redis; }
+    };
+    // One KV lookup per request and session is counted in the tier numbers.
+    struct look_ledger {
+        bool counted = false;
+        bool hit = false;
+    };
 
-    restore_result restore_locked(const restore_request & req, telemetry::event & ev);
-    result<int64_t> restore_exact_locked(entry_id id, int32_t session, int64_t n_tokens);
-    void demote_locked(const evicted_resident & ev);
+    stage_cache(kv_backend_i & backend, const stage_cache_config & config, telemetry::event_sink_ptr sink,
+                std::unique_ptr<disk_tier> disk);
+
+    // REQUIRES: lock holds mutex_ on entry; it holds it again on return (io tiers are
+    // asked with it released).
+    restore_result restore_impl(const restore_request & req, decision_event & ev, lock_type & lock);
+    void peek_tiers(const cache_namespace & ns, std::span<const token_id> tokens, int64_t target, candidates & c,
+                    lock_type & lock);
+    status import_locked(int32_t session, std::span<const page_bytes> pages, int64_t n_tokens);
+    bool demote_locked(const evicted_resident & ev);
+    void count_look_locked(int32_t session, cache_tier served);
+    void note_tier_attrs(decision_event & ev, const candidates & c) const;
     result<std::vector<page_bytes>> export_pages(const cache_namespace & ns, std::span<const token_id> tokens,
                                                  std::span<const kv_block_id> blocks) const;
     void run_record_job(const cache_namespace & ns, const std::vector<token_id> & tokens,
-                        const std::vector<kv_block_id> & blocks);
+                        const std::vector<kv_block_id> & blocks, page_wants wants);
     void emit(const telemetry::event & ev) const;
+    void emit(const decision_event & ev) const;
     bool lookups_enabled() const { return config_.mode == cache_mode::lookup_record; }
     bool records_enabled() const { return config_.mode != cache_mode::off; }
+    bool any_io_tier() const { return disk_tier_ != nullptr || redis_tier_ != nullptr; }
+    cache_tier_i * tier(cache_tier t) const { return tiers_[static_cast<size_t>(t) - 1]; }
 
     kv_backend_i &                                          backend_;
     const stage_cache_config                                config_;
     const telemetry::event_sink_ptr                         sink_;
-    evict_hook                                              demote_hook_;
 
-    mutable std::mutex                                      mutex_;  // guards everything below but the worker
+    mutable std::mutex                                      mutex_;  // guards everything below but the worker and io tiers
     radix_index                                             index_;  // before the tiers: they use it in their destructors
     exact_state_store                                       exact_;
     resident_cache                                          resident_;
+    resident_tier                                           resident_tier_;
+    exact_tier                                              exact_tier_;
+    std::unique_ptr<disk_tier>                              disk_tier_;   // own locking; null when off
+    std::unique_ptr<redis_tier>                             redis_tier_;  // own locking; null when off
+    std::array<cache_tier_i *, n_cache_tiers>               tiers_{};     // lookup order; null when absent
     activation_cache                                        activation_;
     session_accumulator                                     accumulator_;
     std::unordered_map<digest256, cache_namespace, digest256_hash> namespaces_;  // for page ids of demoted entries
+    std::unordered_map<int32_t, look_ledger>                looks_;
     cache_counters                                          totals_;
     std::function<void()>                                   record_hook_;
+    std::array<int64_t, n_cache_tiers>                      n_look_hits_{};
+    std::array<int64_t, n_cache_tiers>                      n_look_misses_{};
+    std::array<int64_t, n_cache_tiers>                      n_restores_{};
     int64_t n_demotions_ = 0;
     int64_t n_records_queued_ = 0;
     int64_t n_records_skipped_busy_ = 0;
     int64_t n_records_stored_ = 0;
     int64_t n_records_failed_ = 0;
     int64_t n_quarantines_ = 0;
-    int64_t n_resident_restores_ = 0;
-    int64_t n_exact_restores_ = 0;
 
     record_worker                                           worker_;  // last: destroyed (joined) first
 };

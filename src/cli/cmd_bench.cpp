@@ -146,7 +146,10 @@ int64_t peak_rss_bytes() {
 // the most bytes.
 std::string weight_type_name(const gguf::file & f) {
     static const std::map<int64_t, const char *> file_types = {
-        {0, "F32"}, {1, "F16"}, {2, "Q4_0"}, {7, "Q8_0"}, {14, "Q4_K_S"}, {15, "Q4_K_M"}, {18, "Q6_K"}, {32, "BF16"}};
+        {0, "F32"},     {1, "F16"},     {2, "Q4_0"},    {3, "Q4_1"},    {7, "Q8_0"},    {8, "Q5_0"},
+        {9, "Q5_1"},    {10, "Q2_K"},   {11, "Q3_K_S"}, {12, "Q3_K_M"}, {13, "Q3_K_L"}, {14, "Q4_K_S"},
+        {15, "Q4_K_M"}, {16, "Q5_K_S"}, {17, "Q5_K_M"}, {18, "Q6_K"},   {21, "Q2_K_S"}, {25, "IQ4_NL"},
+        {30, "IQ4_XS"}, {32, "BF16"},   {38, "MXFP4_MOE"}};
     if (auto ft = f.get_int("general.file_type")) {
         if (auto it = file_types.find(*ft); it != file_types.end()) return it->second;
     }

@@ -7,7 +7,12 @@
 //   interleaved    P prefixes x Q short questions, interleaved: prompt tokens computed
 //                  with the cache vs without;
 //   no-hit         distinct prompts, so the cache never hits: TTFT with the cache on vs
-//                  off (what lookups and records cost when they never pay).
+//                  off (what lookups and records cost when they never pay);
+//   restart        a prefix cached, the pipeline torn down and built again over the same
+//                  --kv-cache-disk directory (what a restarted process sees): TTFT of
+//                  the first request restored from disk vs a warm in-memory hit and a
+//                  cold run; with --kv-cache-redis, a fresh pipeline that only shares
+//                  the Redis server (another process's view) vs the same warm hit.
 #include "base/log.h"
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -17,6 +22,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <unistd.h>
 
 namespace skippy::cli {
 namespace {
@@ -33,6 +40,8 @@ struct bench_cache_options {
     int32_t     repeat = 3;
     int32_t     batch_size = 512;
     std::string kv_cache = "lookup-record";
+    std::string kv_cache_disk;   // restart: parent of the scenario's directory
+    std::string kv_cache_redis;  // restart: optional shared server
     bool        json = false;
 };
 
@@ -76,12 +85,16 @@ result<generation_result> ttft_run(pipeline_i & p, const std::vector<token_id> &
 // The pipeline under test; its context (and so the pool room for cached prefixes) is
 // the serving default unless a prompt needs more.
 result<std::unique_ptr<transport::chain_pipeline>> make(std::shared_ptr<const gguf::file> file, const bench_cache_options & o,
-                                                        const std::string & mode, int32_t min_ctx) {
+                                                        const std::string & mode, int32_t min_ctx, const std::string & disk = "",
+                                                        const std::string & redis = "") {
     runtime_flags rf;
     rf.threads = o.threads;
     rf.ctx_size = std::max(min_ctx, 4096);
     rf.kv_cache = mode;
     rf.kv_cache_min_tokens = 8;
+    rf.kv_cache_disk = disk;
+    rf.kv_cache_redis = redis;
+    rf.kv_cache_redis_timeout_ms = 5000;  // measuring a hit, not the failure path
     chain_choice chain;
     chain.stages = o.stages;
     return make_pipeline(std::move(file), chain, rf);
@@ -190,12 +203,74 @@ result<nlohmann::json> no_hit(std::shared_ptr<const gguf::file> file, const benc
     return j;
 }
 
+// TTFT of a prefix restored after a restart (disk), or by another pipeline sharing only
+// Redis, against a warm in-memory hit and a cold run, all on one prefix length.
+result<nlohmann::json> restart(std::shared_ptr<const gguf::file> file, const bench_cache_options & o) {
+    if (o.kv_cache_disk.empty()) return make_error(error_code::invalid_argument, "--scenario restart needs --kv-cache-disk DIR");
+    const int32_t ctx = o.prefix_tokens + o.suffix_tokens + 8;
+    const std::string dir = o.kv_cache_disk + "/bench-restart-" + std::to_string(::getpid());
+    std::vector<double> cold_ms, warm_ms, disk_ms, redis_ms;
+    int64_t disk_cached = 0, redis_cached = 0, warm_cached = 0;
+    int32_t n_vocab = 0;
+    for (int32_t r = 0; r < o.repeat; ++r) {
+        const uint32_t seed = 11000u + static_cast<uint32_t>(r) * 7u;
+        std::vector<token_id> prefix, a, b, c;
+        {
+            SKIPPY_ASSIGN_OR_RETURN(auto first, make(file, o, o.kv_cache, ctx, dir));
+            n_vocab = first->n_vocab();
+            prefix = random_tokens(o.prefix_tokens, seed, n_vocab);
+            a = concat(prefix, random_tokens(o.suffix_tokens, seed + 1, n_vocab));
+            b = concat(prefix, random_tokens(o.suffix_tokens, seed + 2, n_vocab));
+            c = concat(prefix, random_tokens(o.suffix_tokens, seed + 3, n_vocab));
+            SKIPPY_ASSIGN_OR_RETURN(generation_result cold, ttft_run(*first, a, o.batch_size));
+            SKIPPY_ASSIGN_OR_RETURN(generation_result warm, ttft_run(*first, b, o.batch_size));
+            cold_ms.push_back(cold.ttft_ms);
+            warm_ms.push_back(warm.ttft_ms);
+            warm_cached = warm.cached_tokens;
+        }  // torn down: the disk writes are flushed first
+        SKIPPY_ASSIGN_OR_RETURN(auto restarted, make(file, o, o.kv_cache, ctx, dir));
+        SKIPPY_ASSIGN_OR_RETURN(generation_result from_disk, ttft_run(*restarted, c, o.batch_size));
+        disk_ms.push_back(from_disk.ttft_ms);
+        disk_cached = from_disk.cached_tokens;
+        restarted.reset();
+        if (!o.kv_cache_redis.empty()) {
+            {
+                SKIPPY_ASSIGN_OR_RETURN(auto publisher, make(file, o, o.kv_cache, ctx, "", o.kv_cache_redis));
+                SKIPPY_TRY(ttft_run(*publisher, a, o.batch_size).error());
+            }
+            SKIPPY_ASSIGN_OR_RETURN(auto other, make(file, o, o.kv_cache, ctx, "", o.kv_cache_redis));
+            SKIPPY_ASSIGN_OR_RETURN(generation_result shared, ttft_run(*other, b, o.batch_size));
+            redis_ms.push_back(shared.ttft_ms);
+            redis_cached = shared.cached_tokens;
+        }
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    nlohmann::json j;
+    j["prefix_tokens"] = o.prefix_tokens;
+    j["suffix_tokens"] = o.suffix_tokens;
+    j["cold_ttft_ms"] = median(cold_ms);
+    j["warm_ttft_ms"] = median(warm_ms);
+    j["warm_cached_tokens"] = warm_cached;
+    j["disk_ttft_ms"] = median(disk_ms);
+    j["disk_cached_tokens"] = disk_cached;
+    j["disk_over_warm"] = median(disk_ms) / std::max(1e-9, median(warm_ms));
+    j["cold_over_disk"] = median(cold_ms) / std::max(1e-9, median(disk_ms));
+    if (!redis_ms.empty()) {
+        j["redis_ttft_ms"] = median(redis_ms);
+        j["redis_cached_tokens"] = redis_cached;
+        j["redis_over_warm"] = median(redis_ms) / std::max(1e-9, median(warm_ms));
+    }
+    return j;
+}
+
 int run_bench_cache(const bench_cache_options & o) {
     auto file = load_gguf(o.model_path);
     if (!file.is_ok()) return fail(file.error());
     result<nlohmann::json> out = make_error(error_code::invalid_argument, "unknown scenario");
     if (o.scenario == "shared-prefix") out = shared_prefix(*file, o);
     else if (o.scenario == "interleaved") out = interleaved(*file, o);
+    else if (o.scenario == "restart") out = restart(*file, o);
     else out = no_hit(*file, o);
     if (!out.is_ok()) return fail(out.error());
     nlohmann::json j = *out;
@@ -213,8 +288,8 @@ void add_bench_cache_command(CLI::App & app, command_runner & run) {
     auto o = std::make_shared<bench_cache_options>();
     CLI::App * cmd = app.add_subcommand("bench-cache", "Measure what the prefix cache saves on a chain (JSON)");
     cmd->add_option("-m,--model", o->model_path, "GGUF model file")->required()->check(CLI::ExistingFile);
-    cmd->add_option("--scenario", o->scenario, "shared-prefix, interleaved or no-hit")
-        ->check(CLI::IsMember({"shared-prefix", "interleaved", "no-hit"}))->capture_default_str();
+    cmd->add_option("--scenario", o->scenario, "shared-prefix, interleaved, no-hit or restart")
+        ->check(CLI::IsMember({"shared-prefix", "interleaved", "no-hit", "restart"}))->capture_default_str();
     add_number(cmd, "--stages", o->stages, "Stages in this process", 1, 64)->capture_default_str();
     add_number(cmd, "-t,--threads", o->threads, "Threads per stage (default: physical cores)", 1, 1024);
     add_number(cmd, "--prefix-tokens", o->prefix_tokens, "Tokens of each shared prefix", 8, 1 << 20)->capture_default_str();
@@ -225,6 +300,8 @@ void add_bench_cache_command(CLI::App & app, command_runner & run) {
     add_number(cmd, "-b,--batch-size", o->batch_size, "Prompt tokens per prefill chunk", 1, 1 << 16)->capture_default_str();
     cmd->add_option("--kv-cache", o->kv_cache, "Cache mode of the measured pipeline")
         ->check(CLI::IsMember({"off", "record", "lookup-record"}))->capture_default_str();
+    cmd->add_option("--kv-cache-disk", o->kv_cache_disk, "restart: directory under which the scenario's disk tier lives");
+    cmd->add_option("--kv-cache-redis", o->kv_cache_redis, "restart: also measure a hit through this Redis server (redis://...)");
     cmd->add_flag("--json", o->json, "Print one JSON object on one line");
     cmd->callback([&run, o] { run = [o] { return run_bench_cache(*o); }; });
 }

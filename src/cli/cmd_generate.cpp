@@ -76,9 +76,6 @@ int run_generate(const generate_options & o) {
         if (!read.is_ok()) return fail(read.error());
         prompts = std::move(read).value();
     }
-    auto pipeline = make_pipeline(*file, o.chain, o.runtime);
-    if (!pipeline.is_ok()) return fail(pipeline.error());
-
     generation_request req;
     req.max_tokens = o.n_predict;
     req.prefill_chunk_tokens = o.batch_size;
@@ -91,7 +88,11 @@ int run_generate(const generate_options & o) {
     req.sampling.frequency_penalty = o.frequency_penalty;
     req.sampling.penalty_last_n = o.repeat_last_n;
     req.sampling.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
+    // Before any stage is built: the check every stage would make.
+    if (status st = req.sampling.validate(vocab.n_vocab()); !st.is_ok()) return fail(st);
     if (o.seed < 0 && !o.greedy) SKIPPY_LOG_INFO("seed %llu", static_cast<unsigned long long>(req.sampling.seed));
+    auto pipeline = make_pipeline(*file, o.chain, o.runtime);
+    if (!pipeline.is_ok()) return fail(pipeline.error());
     req.is_end_of_generation = [&](token_id id) { return vocab.is_end_of_generation(id); };
     if (!o.json) {
         req.on_token = [&](token_id id) {
@@ -134,14 +135,24 @@ void add_generate_command(CLI::App & app, command_runner & run) {
         ->check(CLI::ExistingFile)->excludes(prompt);
     add_number(cmd, "-n,--n-predict", o->n_predict, "Tokens to generate at most", 0, 1 << 20)->capture_default_str();
     cmd->add_flag("--greedy", o->greedy, "Pick the most likely token (same as --temp 0)");
-    add_number(cmd, "--temp", o->temperature, "Sampling temperature (0: greedy)", 0.0f, 100.0f)->capture_default_str();
-    add_number(cmd, "--top-k", o->top_k, "Keep the k most likely tokens (0: off)", 0, 1 << 24)->capture_default_str();
-    add_number(cmd, "--top-p", o->top_p, "Nucleus sampling threshold (1: off)", 0.0f, 1.0f)->capture_default_str();
+    // The same bounds as the HTTP API and every stage (sampling_bounds); run_generate
+    // checks the open end (top_p > 0) with sampling_config::validate.
+    using b = sampling_bounds;
+    add_number(cmd, "--temp", o->temperature, "Sampling temperature (0: greedy)", 0.0f, b::max_temperature)->capture_default_str();
+    add_number(cmd, "--top-k", o->top_k, "Keep the k most likely tokens (0: off)", 0, b::max_top_k)->capture_default_str();
+    add_number(cmd, "--top-p", o->top_p, "Nucleus sampling threshold in (0, 1] (1: off)", 0.0f, 1.0f)->capture_default_str();
     add_number(cmd, "--min-p", o->min_p, "Drop tokens below min-p x the top probability (0: off)", 0.0f, 1.0f)->capture_default_str();
-    add_number(cmd, "--repeat-penalty", o->repeat_penalty, "Repetition penalty (1: off)", 0.01f, 100.0f)->capture_default_str();
-    add_number(cmd, "--presence-penalty", o->presence_penalty, "Presence penalty (0: off)", -100.0f, 100.0f)->capture_default_str();
-    add_number(cmd, "--frequency-penalty", o->frequency_penalty, "Frequency penalty (0: off)", -100.0f, 100.0f)->capture_default_str();
-    add_number(cmd, "--repeat-last-n", o->repeat_last_n, "Tokens the penalties look back over", 0, 1 << 20)->capture_default_str();
+    add_number(cmd, "--repeat-penalty", o->repeat_penalty, "Repetition penalty (1: off)", b::min_repeat_penalty,
+               b::max_repeat_penalty)
+        ->capture_default_str();
+    add_number(cmd, "--presence-penalty", o->presence_penalty, "Presence penalty (0: off)", -b::max_abs_penalty,
+               b::max_abs_penalty)
+        ->capture_default_str();
+    add_number(cmd, "--frequency-penalty", o->frequency_penalty, "Frequency penalty (0: off)", -b::max_abs_penalty,
+               b::max_abs_penalty)
+        ->capture_default_str();
+    add_number(cmd, "--repeat-last-n", o->repeat_last_n, "Tokens the penalties look back over", 0, b::max_penalty_last_n)
+        ->capture_default_str();
     add_number(cmd, "--seed", o->seed, "Sampling seed, 0 to 2^63-1 (default: random, logged)", int64_t(0), INT64_MAX);
     add_number(cmd, "-b,--batch-size", o->batch_size, "Prompt tokens per prefill chunk", 1, 1 << 16)->capture_default_str();
     cmd->add_flag("--json", o->json, "Print one JSON line per prompt with text, tokens and timings");

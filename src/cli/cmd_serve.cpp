@@ -31,6 +31,11 @@ struct serve_options {
     int32_t     queue = 64;
     double      queue_timeout_s = 60;
     int64_t     max_body_bytes = 8 << 20;
+    int32_t     max_connections = 4096;
+    double      idle_timeout_s = 5;
+    double      head_timeout_s = 10;
+    double      body_timeout_s = 10;
+    double      min_body_rate = 64 << 10;  // bytes per second
     int32_t     batch_size = 512;
     std::string alias;
     runtime_flags runtime;  // -t, --ctx-size, --lanes, --kv-type, --kv-cache*, --telemetry-*, ...
@@ -145,6 +150,11 @@ int run_serve(const serve_options & o) {
     so.queue_capacity = o.queue;
     so.queue_timeout_s = o.queue_timeout_s;
     so.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
+    so.max_connections = o.max_connections;
+    so.idle_timeout_s = o.idle_timeout_s;
+    so.head_timeout_s = o.head_timeout_s;
+    so.body_timeout_s = o.body_timeout_s;
+    so.min_body_bytes_per_s = o.min_body_rate;
     so.model_id = !o.alias.empty() ? o.alias : std::filesystem::path(*model_path).stem().string();
     so.prefill_chunk_tokens = o.batch_size;
     so.chat_template = chat_template;
@@ -158,10 +168,13 @@ int run_serve(const serve_options & o) {
     // free one) and check the rest.
     const std::string topology_text = o.chain.topology_path.empty() ? "" : " from " + o.chain.topology_path;
     SKIPPY_LOG_INFO("listening on http://%s:%d (model %s, stages %d%s, lanes %d, ctx %d, kv %s, threads %d, batch %d, "
-                    "queue %d, queue timeout %g s, max body %lld bytes, prefix cache %s, chat template %s, telemetry %s%s%s)",
+                    "queue %d, queue timeout %g s, max body %lld bytes, max connections %d, head timeout %g s, "
+                    "body timeout %g s + %g bytes/s, idle timeout %g s, prefix cache %s, chat template %s, telemetry %s%s%s)",
                     o.host.c_str(), server.port(), so.model_id.c_str(), pipeline.n_stages(), topology_text.c_str(),
                     pipeline.n_lanes(), pipeline.ctx_size(), o.runtime.kv_type.c_str(), resolve_threads(o.runtime.threads),
-                    o.batch_size, o.queue, o.queue_timeout_s, static_cast<long long>(o.max_body_bytes), o.runtime.kv_cache.c_str(),
+                    o.batch_size, o.queue, o.queue_timeout_s, static_cast<long long>(o.max_body_bytes),
+                    server.max_connections(), o.head_timeout_s, o.body_timeout_s, o.min_body_rate, o.idle_timeout_s,
+                    o.runtime.kv_cache.c_str(),
                     std::string(chat_template_family_name(chat_template)).c_str(), events ? o.runtime.telemetry_level.c_str() : "off",
                     events ? " -> " : "", events ? o.runtime.telemetry_file.c_str() : "");
 
@@ -189,6 +202,22 @@ void add_serve_command(CLI::App & app, command_runner & run) {
         ->capture_default_str();
     add_number(cmd, "--max-body-bytes", o->max_body_bytes, "Largest request body in bytes (more get 413)", int64_t(1024),
                int64_t(1) << 32)
+        ->capture_default_str();
+    add_number(cmd, "--max-connections", o->max_connections,
+               "Open client connections at most; beyond, idle then slow ones are closed, else the new one gets 503", 1,
+               1 << 20)
+        ->capture_default_str();
+    add_number(cmd, "--idle-timeout-s", o->idle_timeout_s, "Close a connection with no request in progress after this",
+               0.01, 86400.0)
+        ->capture_default_str();
+    add_number(cmd, "--head-timeout-s", o->head_timeout_s,
+               "A request head must be complete this long after its first byte (else 408)", 0.01, 86400.0)
+        ->capture_default_str();
+    add_number(cmd, "--body-timeout-s", o->body_timeout_s,
+               "Grace for a request body, on top of its size / --min-body-rate (else 408)", 0.01, 86400.0)
+        ->capture_default_str();
+    add_number(cmd, "--min-body-rate", o->min_body_rate, "Slowest request body accepted after the grace, bytes/s", 1.0,
+               1e12)
         ->capture_default_str();
     add_number(cmd, "-b,--batch-size", o->batch_size, "Prompt tokens per prefill chunk", 1, 1 << 16)->capture_default_str();
     cmd->add_option("--alias", o->alias, "Model id in the API (default: the file name without .gguf)");

@@ -1,6 +1,7 @@
 #include "cli/common.h"
 
 #include "base/log.h"
+#include "cache/redis_client.h"
 #include "protocol/protocol.h"
 #include "runtime/stage.h"
 
@@ -106,6 +107,21 @@ void add_runtime_flags(CLI::App * cmd, runtime_flags & f, int32_t default_lanes)
                 return "at most " + std::to_string(max_bytes) + " bytes (it has " + std::to_string(key.size()) + ")";
             },
             "KEY", "cache key length"));
+    cmd->add_option("--kv-cache-disk", f.kv_cache_disk,
+                    "Directory for cached KV pages that survive restarts (each stage uses DIR/stage-N, owned by one process)");
+    add_number(cmd, "--kv-cache-disk-max-bytes", f.kv_cache_disk_max_bytes,
+               "Bytes of page files per stage under --kv-cache-disk (0: 10 GiB or 10% of the filesystem, whichever is smaller)", 0,
+               int64_t(1) << 50)->capture_default_str();
+    cmd->add_option("--kv-cache-redis", f.kv_cache_redis, "Redis server shared by stage replicas, redis://host[:port][/db]")
+        ->check(CLI::Validator(
+            [](const std::string & url) -> std::string {
+                auto u = cache::parse_redis_url(url);
+                return u.is_ok() ? std::string() : u.error().message();
+            },
+            "URL", "Redis URL"));
+    add_number(cmd, "--kv-cache-redis-timeout-ms", f.kv_cache_redis_timeout_ms,
+               "Longest wait for the Redis server to connect or answer a command, in ms (then: a cache miss)", 1, 60000)
+        ->capture_default_str();
     cmd->add_option("--telemetry-file", f.telemetry_file, "Append decision events as JSON lines to this file");
     cmd->add_option("--telemetry-level", f.telemetry_level, "Events to write: off, summary or debug")
         ->check(CLI::IsMember({"off", "summary", "debug"}))->capture_default_str();
@@ -131,6 +147,10 @@ result<transport::chain_options> to_chain_options(const runtime_flags & f) {
     cc.max_entries = f.kv_cache_max_entries;
     cc.exact_max_bytes = f.kv_cache_exact_max_bytes;
     cc.demote_on_evict = f.kv_cache_demote != "off";
+    cc.disk_dir = f.kv_cache_disk;  // each stage's cache host picks its subdirectory
+    cc.disk_max_bytes = f.kv_cache_disk_max_bytes;
+    cc.redis_url = f.kv_cache_redis;
+    cc.redis_timeout_ms = f.kv_cache_redis_timeout_ms;
     SKIPPY_TRY(cc.validate());
     c.cache.default_key = f.kv_cache_key;
     c.cache.resident_tokens = f.kv_cache_resident_tokens;

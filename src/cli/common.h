@@ -68,12 +68,18 @@ struct runtime_flags {
     int64_t     kv_cache_resident_tokens = -1;
     std::string kv_cache_demote = "on";  // demote evicted resident entries to the exact-state tier
     std::string kv_cache_key;
+    std::string kv_cache_disk;             // page files that survive restarts (one subdirectory per stage)
+    int64_t     kv_cache_disk_max_bytes = 0;  // 0: min(10 GiB, 10% of the filesystem), per stage
+    std::string kv_cache_redis;            // redis://host[:port][/db]: pages shared by stage replicas
+    int32_t     kv_cache_redis_timeout_ms = 50;
     std::string telemetry_file;
     std::string telemetry_level = "summary";
 };
 
 // Adds -t, -c/--ctx-size, --lanes, --kv-type, --auth-token, --wire-delay-ms, the
-// --kv-cache* flags (incl. --kv-cache-demote on|off) and --telemetry-file/--telemetry-level.
+// --kv-cache* flags (incl. --kv-cache-demote on|off, --kv-cache-disk DIR,
+// --kv-cache-disk-max-bytes, --kv-cache-redis URL, --kv-cache-redis-timeout-ms) and
+// --telemetry-file/--telemetry-level.
 void add_runtime_flags(CLI::App * cmd, runtime_flags & flags, int32_t default_lanes);
 
 stage_options to_stage_options(const runtime_flags & flags);

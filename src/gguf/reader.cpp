@@ -1,4 +1,5 @@
 #include "base/byte_io.h"
+#include "base/escape.h"
 #include "gguf/gguf.h"
 
 #include <fcntl.h>
@@ -33,6 +34,10 @@ size_t min_encoded_bytes(value_type t) {
 }
 
 bool known_value_type(uint32_t t) { return t <= static_cast<uint32_t>(value_type::f64); }
+
+// A key or tensor name from the file, quoted for a message: escaped (control bytes,
+// invalid UTF-8) and cut when long, so a hostile name cannot garble a log.
+std::string quoted(std::string_view name) { return "'" + escape_bytes(name) + "'"; }
 
 class parser {
 public:
@@ -182,10 +187,10 @@ status file::parse(const open_options & opts) {
         if (key.empty()) return p.bad("empty metadata key");
         uint32_t raw_type = 0;
         if (!r.get_u32(raw_type)) return p.truncated("metadata type");
-        if (!known_value_type(raw_type)) return p.bad("metadata '" + key + "' has unknown type " + std::to_string(raw_type));
+        if (!known_value_type(raw_type)) return p.bad("metadata " + quoted(key) + " has unknown type " + std::to_string(raw_type));
         value v;
-        SKIPPY_TRY(p.read_value(static_cast<value_type>(raw_type), v, 0).with_context("metadata '" + key + "'"));
-        if (metadata_index_.count(key)) return p.bad("duplicate metadata key '" + key + "'");
+        SKIPPY_TRY(p.read_value(static_cast<value_type>(raw_type), v, 0).with_context("metadata " + quoted(key)));
+        if (metadata_index_.count(key)) return p.bad("duplicate metadata key " + quoted(key));
         metadata_index_.emplace(key, metadata_.size());
         metadata_.emplace_back(std::move(key), std::move(v));
     }
@@ -203,7 +208,7 @@ status file::parse(const open_options & opts) {
         uint32_t n_dims = 0;
         if (!r.get_u32(n_dims)) return p.truncated("tensor dimension count");
         if (n_dims == 0 || n_dims > k_max_dims) {
-            return p.bad("tensor '" + t.name + "' has " + std::to_string(n_dims) + " dimensions (1 to 4 allowed)");
+            return p.bad("tensor " + quoted(t.name) + " has " + std::to_string(n_dims) + " dimensions (1 to 4 allowed)");
         }
         int64_t n_elems = 1;
         for (uint32_t d = 0; d < n_dims; ++d) {
@@ -211,7 +216,7 @@ status file::parse(const open_options & opts) {
             if (!r.get_u64(dim)) return p.truncated("tensor dimension");
             if (dim == 0 || dim > static_cast<uint64_t>(INT64_MAX) ||
                 static_cast<int64_t>(dim) > INT64_MAX / n_elems) {
-                return p.bad("tensor '" + t.name + "' has an invalid dimension " + std::to_string(dim));
+                return p.bad("tensor " + quoted(t.name) + " has an invalid dimension " + std::to_string(dim));
             }
             n_elems *= static_cast<int64_t>(dim);
             t.dims.push_back(static_cast<int64_t>(dim));
@@ -219,21 +224,21 @@ status file::parse(const open_options & opts) {
         uint32_t raw_type = 0;
         if (!r.get_u32(raw_type)) return p.truncated("tensor type");
         auto traits = get_tensor_type_traits(raw_type);
-        if (!traits) return p.bad("tensor '" + t.name + "' has unknown type " + std::to_string(raw_type));
+        if (!traits) return p.bad("tensor " + quoted(t.name) + " has unknown type " + std::to_string(raw_type));
         t.type = static_cast<tensor_type>(raw_type);
         if (t.dims[0] % traits->block_elems != 0) {
-            return p.bad("tensor '" + t.name + "' row length " + std::to_string(t.dims[0]) +
+            return p.bad("tensor " + quoted(t.name) + " row length " + std::to_string(t.dims[0]) +
                          " is not a multiple of the " + std::string(traits->name) + " block size");
         }
         const uint64_t n_blocks = static_cast<uint64_t>(n_elems / traits->block_elems);
-        if (n_blocks > static_cast<uint64_t>(SIZE_MAX) / traits->block_bytes) return p.bad("tensor '" + t.name + "' is too large");
+        if (n_blocks > static_cast<uint64_t>(SIZE_MAX) / traits->block_bytes) return p.bad("tensor " + quoted(t.name) + " is too large");
         t.n_bytes = static_cast<size_t>(n_blocks) * traits->block_bytes;
         if (!r.get_u64(t.offset)) return p.truncated("tensor offset");
         if (t.offset % alignment_ != 0) {
-            return p.bad("tensor '" + t.name + "' offset " + std::to_string(t.offset) + " is not aligned to " +
+            return p.bad("tensor " + quoted(t.name) + " offset " + std::to_string(t.offset) + " is not aligned to " +
                          std::to_string(alignment_));
         }
-        if (tensor_index_.count(t.name)) return p.bad("duplicate tensor name '" + t.name + "'");
+        if (tensor_index_.count(t.name)) return p.bad("duplicate tensor name " + quoted(t.name));
         tensor_index_.emplace(t.name, tensors_.size());
         tensors_.push_back(std::move(t));
     }
@@ -246,7 +251,7 @@ status file::parse(const open_options & opts) {
         for (auto & t : tensors_) {
             if (t.offset > data_bytes || t.n_bytes > data_bytes - t.offset) {
                 return make_error(error_code::invalid_data,
-                                  "gguf: tensor '" + t.name + "' data [" + std::to_string(t.offset) + ", +" +
+                                  "gguf: tensor " + quoted(t.name) + " data [" + std::to_string(t.offset) + ", +" +
                                       std::to_string(t.n_bytes) + ") lies outside the data section of " +
                                       std::to_string(data_bytes) + " bytes");
             }

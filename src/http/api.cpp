@@ -2,12 +2,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <set>
 
 namespace skippy::http {
 namespace {
@@ -229,25 +230,66 @@ std::optional<api_error> read_stop(const json & body, const request_limits & lim
     return std::nullopt;
 }
 
+// A canonical decimal token id: "0", or digits without a leading zero, sign or space.
+bool canonical_token_key(const std::string & key) {
+    if (key.empty() || key.size() > 10) return false;
+    if (key.size() > 1 && key[0] == '0') return false;
+    return std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 std::optional<api_error> read_logit_bias(const json & body, const request_limits & limits, sampling_config & s) {
     const json * v = field(body, "logit_bias");
     if (!v) return std::nullopt;
     if (!v->is_object()) return bad_type("logit_bias", "an object mapping token ids to numbers");
+    if (v->size() > limits.max_logit_bias) {
+        return bad("logit_bias has " + std::to_string(v->size()) + " entries; at most " +
+                       std::to_string(limits.max_logit_bias) + " are allowed",
+                   "logit_bias");
+    }
+    const auto max_bias = static_cast<double>(sampling_bounds::max_abs_logit_bias);
     for (auto it = v->begin(); it != v->end(); ++it) {
         const std::string & key = it.key();
-        char * end = nullptr;
-        errno = 0;
-        const long long id = key.empty() ? -1 : std::strtoll(key.c_str(), &end, 10);
-        if (key.empty() || errno != 0 || *end != '\0' || id < 0 || id >= limits.n_vocab) {
+        // Canonical keys only: " 5", "+5" and "05" would all be token 5, and their biases
+        // would add up past the documented range.
+        if (!canonical_token_key(key)) {
+            return bad("logit_bias key '" + key + "' is not a token id (decimal digits without sign, spaces or leading zeros)",
+                       "logit_bias");
+        }
+        const long long id = std::strtoll(key.c_str(), nullptr, 10);
+        if (id >= limits.n_vocab) {
             return bad("logit_bias key '" + key + "' is not a token id in [0, " + std::to_string(limits.n_vocab) + ")",
                        "logit_bias");
         }
-        if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < -100 || it->get<double>() > 100) {
-            return bad("logit_bias values must be numbers in [-100, 100]", "logit_bias");
+        if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < -max_bias ||
+            it->get<double>() > max_bias) {
+            return bad("logit_bias values must be numbers in [-100, 100] (key '" + key + "')", "logit_bias");
         }
         s.logit_bias.emplace_back(static_cast<int32_t>(id), it->get<float>());
     }
     return std::nullopt;
+}
+
+// Parses a body, noting the first key that appears twice in the logit_bias object (a
+// JSON parser keeps only one of them, silently).
+json parse_body(std::string_view body, std::string & duplicate_bias_key) {
+    bool in_bias = false;
+    std::string last_top_key;
+    std::set<std::string> seen;
+    json::parser_callback_t note = [&](int depth, json::parse_event_t event, json & parsed) {
+        if (event == json::parse_event_t::key && depth == 1) {
+            last_top_key = parsed.get<std::string>();
+        } else if (event == json::parse_event_t::object_start && depth == 1 && last_top_key == "logit_bias") {
+            in_bias = true;
+            seen.clear();
+        } else if (event == json::parse_event_t::object_end && depth == 1) {
+            in_bias = false;
+        } else if (in_bias && event == json::parse_event_t::key && depth == 2) {
+            const std::string key = parsed.get<std::string>();
+            if (!seen.insert(key).second && duplicate_bias_key.empty()) duplicate_bias_key = key;
+        }
+        return true;
+    };
+    return json::parse(body, note, /*allow_exceptions=*/false);
 }
 
 // Options we do not implement: accepted only at their "off" value.
@@ -340,7 +382,8 @@ std::optional<api_error> parse_request(std::string_view body, endpoint kind, con
                                        completion_request & out) {
     out = completion_request{};
     out.kind = kind;
-    json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+    std::string duplicate_bias_key;
+    json j = parse_body(body, duplicate_bias_key);
     if (j.is_discarded()) {
         return bad("the request body is not valid JSON", "", "invalid_json");
     }
@@ -368,14 +411,15 @@ std::optional<api_error> parse_request(std::string_view body, endpoint kind, con
 
     sampling_config & s = out.sampling;
     std::optional<double> temperature, top_p, min_p, presence, frequency, repetition;
-    if (auto e = read_number(j, "temperature", 0, 100, false, temperature)) return e;
+    using b = sampling_bounds;
+    if (auto e = read_number(j, "temperature", 0, b::max_temperature, false, temperature)) return e;
     if (auto e = read_number(j, "top_p", 0, 1, true, top_p)) return e;
-    if (auto e = read_int(j, "top_k", 0, 1 << 24, top_k)) return e;
+    if (auto e = read_int(j, "top_k", 0, b::max_top_k, top_k)) return e;
     if (auto e = read_number(j, "min_p", 0, 1, false, min_p)) return e;
-    if (auto e = read_number(j, "presence_penalty", -2, 2, false, presence)) return e;
-    if (auto e = read_number(j, "frequency_penalty", -2, 2, false, frequency)) return e;
+    if (auto e = read_number(j, "presence_penalty", -b::max_abs_penalty, b::max_abs_penalty, false, presence)) return e;
+    if (auto e = read_number(j, "frequency_penalty", -b::max_abs_penalty, b::max_abs_penalty, false, frequency)) return e;
     const char * rep_key = field(j, "repetition_penalty") ? "repetition_penalty" : "repeat_penalty";
-    if (auto e = read_number(j, rep_key, 0, 100, true, repetition)) return e;
+    if (auto e = read_number(j, rep_key, b::min_repeat_penalty, b::max_repeat_penalty, false, repetition)) return e;
     if (const json * sv = field(j, "seed")) {
         if (!sv->is_number_integer()) return bad_type("seed", "an integer");
         s.seed = sv->is_number_unsigned() ? sv->get<uint64_t>() : static_cast<uint64_t>(sv->get<int64_t>());
@@ -388,6 +432,9 @@ std::optional<api_error> parse_request(std::string_view body, endpoint kind, con
     if (presence) s.presence_penalty = static_cast<float>(*presence);
     if (frequency) s.frequency_penalty = static_cast<float>(*frequency);
     if (repetition) s.repeat_penalty = static_cast<float>(*repetition);
+    if (!duplicate_bias_key.empty()) {
+        return bad("logit_bias key '" + duplicate_bias_key + "' appears more than once", "logit_bias");
+    }
     if (auto e = read_logit_bias(j, limits, s)) return e;
 
     if (auto e = read_stop(j, limits, out.stop)) return e;
@@ -414,7 +461,8 @@ std::optional<api_error> parse_request(std::string_view body, endpoint kind, con
     }
     out.cache_key = cache_key.value_or("");
 
-    const status st = s.validate();
+    // The check every stage makes (nothing here may pass it on that a stage refuses).
+    const status st = s.validate(limits.n_vocab);
     if (!st.is_ok()) return bad(st.message(), "");
     return std::nullopt;
 }

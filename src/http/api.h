@@ -45,6 +45,8 @@ struct request_limits {
     // prompt_cache_key: the wire protocol's bound, so that a key the front end accepts
     // reaches every stage of a chain (one limit on every topology).
     size_t  max_cache_key_bytes = protocol::protocol_limits{}.max_cache_key_bytes;
+    // logit_bias entries: the wire's bound too, for the same reason.
+    size_t  max_logit_bias = protocol::protocol_limits{}.max_logit_bias;
 };
 
 // A validated generation request.
@@ -67,7 +69,10 @@ struct completion_request {
 // Parses and validates a request body. Malformed JSON, a non-object body, a wrong type,
 // an out-of-range value or an unsupported option (n != 1, tools, logprobs, echo, ...)
 // is a 400 error naming the field in `param`. Unknown fields are ignored, as most
-// OpenAI-compatible servers do.
+// OpenAI-compatible servers do. Sampling ranges are sampling_bounds (runtime/sampler.h)
+// and the wire's limits (logit_bias entries, prompt_cache_key), so that whatever this
+// accepts every topology runs. logit_bias keys must be canonical decimal token ids
+// ("5", not " 5", "+5", "05"), each at most once, below n_vocab.
 std::optional<api_error> parse_request(std::string_view body, endpoint kind, const request_limits & limits,
                                        completion_request & out);
 

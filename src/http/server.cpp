@@ -2,15 +2,16 @@
 
 #include "base/log.h"
 #include "http/api.h"
-#include "http/client_connection.h"
+#include "http/event_loop.h"
 #include "http/lane_pool.h"
 #include "http/text_stream.h"
 
-#include <httplib.h>
-
 #include <atomic>
+#include <condition_variable>
 #include <csignal>
 #include <ctime>
+#include <deque>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -48,10 +49,66 @@ const char * allowed_methods(const std::string & path) {
     return "";
 }
 
-void send_error(httplib::Response & res, const api_error & e) {
-    res.status = e.http_status;
-    res.set_content(error_body(e), "application/json");
+http_response json_response(std::string body, int status = 200) {
+    http_response r;
+    r.status = status;
+    r.body = std::move(body);
+    return r;
 }
+
+void send_error(response_channel & ch, const api_error & e) { ch.respond(json_response(error_body(e), e.http_status)); }
+
+// Threads for generation requests, which block while they wait for a lane and while
+// they run. Tasks run in submission order.
+class worker_pool {
+public:
+    explicit worker_pool(int32_t n_threads) {
+        for (int32_t i = 0; i < n_threads; ++i) threads_.emplace_back([this] { work(); });
+    }
+    ~worker_pool() { join(); }
+
+    // False once join() has begun: the task will not run.
+    bool submit(std::function<void()> task) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (closing_) return false;
+        tasks_.push_back(std::move(task));
+        cv_.notify_one();
+        return true;
+    }
+
+    // Runs what is queued, then joins every thread. Idempotent.
+    void join() {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            closing_ = true;
+            cv_.notify_all();
+        }
+        for (auto & t : threads_) {
+            if (t.joinable()) t.join();
+        }
+    }
+
+private:
+    void work() {
+        for (;;) {
+            std::function<void()> task;
+            {
+                std::unique_lock<std::mutex> lock(mutex_);
+                cv_.wait(lock, [&] { return closing_ || !tasks_.empty(); });
+                if (tasks_.empty()) return;
+                task = std::move(tasks_.front());
+                tasks_.pop_front();
+            }
+            task();
+        }
+    }
+
+    std::mutex                        mutex_;
+    std::condition_variable           cv_;
+    std::deque<std::function<void()>> tasks_;
+    bool                              closing_ = false;
+    std::vector<std::thread>          threads_;
+};
 
 telemetry::event named_event(std::string name) {
     telemetry::event e;
@@ -79,7 +136,7 @@ struct generation_job {
     std::vector<token_id> prompt;
     response_meta         meta;
     lane_lease            lease;
-    client_connection     client;
+    channel_ptr           client;  // the way back; says when the client has gone
     clock::time_point     arrival;
     clock::time_point     admitted;  // got its lane
 };
@@ -100,98 +157,108 @@ struct http_server::impl {
     telemetry::event_sink_ptr     events;
     lane_pool                     lanes;
     request_limits                limits;
-    httplib::Server               svr;
     std::atomic<bool>             stopping{false};
-    int32_t                       bound_port = -1;
+    int64_t                       created_unix_s = static_cast<int64_t>(std::time(nullptr));
+    // A request holds its worker while it waits for a lane and while it runs, so every
+    // lane and queue place needs one, plus a few for requests being parsed or refused.
+    worker_pool                   workers;
+    event_loop                    loop;
     std::thread                   thread;
     std::mutex                    stop_mutex;
-    int64_t                       created_unix_s = static_cast<int64_t>(std::time(nullptr));
 
     impl(pipeline_i & p, const tokenizer & t, server_options o, telemetry::metrics_registry & m,
          telemetry::event_sink_ptr e)
         : pipeline(p), tok(t), opt(std::move(o)), metrics(m), events(std::move(e)),
-          lanes(p.n_lanes(), opt.queue_capacity) {
+          lanes(p.n_lanes(), opt.queue_capacity),
+          workers(opt.http_threads > 0 ? opt.http_threads : lanes.n_lanes() + lanes.queue_capacity() + 4),
+          loop(loop_options_of(opt), [this](http_request req, channel_ptr ch) { route(std::move(req), std::move(ch)); },
+               [this](const std::string & path, int status) {
+                   metrics.add(metric::http_requests, 1, {path_label(path), std::to_string(status)});
+               }) {
         limits.ctx_size = pipeline.ctx_size();
         limits.n_vocab = pipeline.n_vocab();
         metrics.set(metric::build_info, 1, {SKIPPY_VERSION});
         metrics.set(metric::lanes, lanes.n_lanes());
         metrics.set(metric::queue_capacity, lanes.queue_capacity());
-        setup_routes();
     }
 
-    void setup_routes();
-    void handle_generation(const httplib::Request & req, httplib::Response & res, endpoint kind);
+    static loop_options loop_options_of(const server_options & o) {
+        loop_options l;
+        l.host = o.host;
+        l.port = o.port;
+        l.max_connections = o.max_connections;
+        l.idle_timeout_s = o.idle_timeout_s;
+        l.head_timeout_s = o.head_timeout_s;
+        l.body_timeout_s = o.body_timeout_s;
+        l.min_body_bytes_per_s = o.min_body_bytes_per_s;
+        l.limits.max_body_bytes = o.max_body_bytes;
+        return l;
+    }
+
+    void route(http_request req, channel_ptr ch);
+    void handle_generation(const http_request & req, const channel_ptr & ch, endpoint kind);
     std::optional<api_error> tokenize_prompt(const completion_request & cr, std::vector<token_id> & out) const;
     run_outcome run(generation_job & job, const std::function<bool(std::string_view)> & emit);
-    void finish_non_streaming(generation_job & job, httplib::Response & res);
-    bool stream(generation_job & job, httplib::DataSink & sink);
+    void finish_non_streaming(generation_job & job);
+    void stream(generation_job & job);
     void record(const generation_job & job, const run_outcome & out, bool stream);
 };
 
-void http_server::impl::setup_routes() {
-    // A request holds its worker thread while it waits for a lane and while it runs, so
-    // every lane and queue place needs one, plus a few for /health, /metrics and errors.
-    const int32_t n_threads = opt.http_threads > 0 ? opt.http_threads : lanes.n_lanes() + lanes.queue_capacity() + 8;
-    svr.new_task_queue = [n_threads] { return new httplib::ThreadPool(static_cast<size_t>(n_threads)); };
-    svr.set_payload_max_length(opt.max_body_bytes);
-
-    svr.Post("/v1/chat/completions", [this](const httplib::Request & req, httplib::Response & res) {
-        handle_generation(req, res, endpoint::chat_completions);
-    });
-    svr.Post("/v1/completions", [this](const httplib::Request & req, httplib::Response & res) {
-        handle_generation(req, res, endpoint::completions);
-    });
-    svr.Get("/v1/models", [this](const httplib::Request &, httplib::Response & res) {
-        res.set_content(models_body(opt.model_id, created_unix_s), "application/json");
-    });
-    svr.Get("/v1/models/(.+)", [this](const httplib::Request & req, httplib::Response & res) {
-        const std::string id = req.matches[1];
+// On the loop thread: cheap routes are answered here and now, generations go to a worker.
+void http_server::impl::route(http_request req, channel_ptr ch) {
+    const std::string & path = req.path;
+    const bool get = req.method == "GET" || req.method == "HEAD";
+    const bool generation = path == "/v1/chat/completions" || path == "/v1/completions";
+    if (generation && req.method == "POST") {
+        if (stopping) return send_error(*ch, error_for_status(503, "The server is shutting down"));
+        const endpoint kind = path == "/v1/chat/completions" ? endpoint::chat_completions : endpoint::completions;
+        const bool queued = workers.submit([this, req = std::move(req), ch, kind] {
+            try {
+                handle_generation(req, ch, kind);
+            } catch (const std::exception & ex) {  // an exception must not end the worker
+                SKIPPY_LOG_ERROR("request failed: %s", ex.what());
+                send_error(*ch, error_for_status(500, "internal error while handling the request"));
+                ch->abort_stream();
+            } catch (...) {
+                send_error(*ch, error_for_status(500, "internal error while handling the request"));
+                ch->abort_stream();
+            }
+        });
+        if (!queued) send_error(*ch, error_for_status(503, "The server is shutting down"));
+        return;
+    }
+    if (get && path == "/v1/models") return ch->respond(json_response(models_body(opt.model_id, created_unix_s)));
+    if (get && path.rfind("/v1/models/", 0) == 0 && path.size() > 11) {
+        const std::string id = path.substr(11);
         if (id != opt.model_id) {
             api_error e = error_for_status(404, "The model '" + id + "' does not exist");
             e.param = "model";
             e.code = "model_not_found";
-            return send_error(res, e);
+            return send_error(*ch, e);
         }
-        res.set_content(model_body(opt.model_id, created_unix_s), "application/json");
-    });
-    svr.Get("/health", [this](const httplib::Request &, httplib::Response & res) {
-        if (stopping) return send_error(res, error_for_status(503, "the server is shutting down"));
-        res.set_content("{\"status\":\"ok\"}", "application/json");
-    });
-    svr.Get("/metrics", [this](const httplib::Request &, httplib::Response & res) {
+        return ch->respond(json_response(model_body(opt.model_id, created_unix_s)));
+    }
+    if (get && path == "/health") {
+        if (stopping) return send_error(*ch, error_for_status(503, "the server is shutting down"));
+        return ch->respond(json_response("{\"status\":\"ok\"}"));
+    }
+    if (get && path == "/metrics") {
         metrics.set(metric::lanes_busy, lanes.n_busy());
         metrics.set(metric::queue_waiting, lanes.n_waiting());
         metrics.set(metric::lanes_busy_peak, lanes.peak_busy());
         metrics.set(metric::queue_waiting_peak, lanes.peak_waiting());
-        res.set_content(metrics.render_prometheus(), "text/plain; version=0.0.4; charset=utf-8");
-    });
-
-    // Every status >= 400 passes here; fill in an OpenAI error body where the handler
-    // (or httplib itself: 400 bad request line, 404 no route, 413 body too large) left none.
-    svr.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request & req, httplib::Response & res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        api_error e;
-        if (res.status == 404 && *allowed_methods(req.path) != '\0') {
-            res.status = 405;  // httplib reports a known path with another method as 404
-            res.set_header("Allow", allowed_methods(req.path));
-            e = error_for_status(405, "Method " + req.method + " is not allowed on " + req.path + " (use " +
-                                          allowed_methods(req.path) + ")");
-        } else if (res.status == 404) {
-            e = error_for_status(404, "Unknown route: " + req.method + " " + req.path);
-        } else if (res.status == 413) {
-            e = error_for_status(413, "The request body is larger than the server's limit");
-        } else {
-            e = error_for_status(res.status, "The request could not be handled (HTTP " + std::to_string(res.status) + ")");
-        }
-        res.set_content(error_body(e), "application/json");
-        return httplib::Server::HandlerResponse::Handled;
-    }));
-    svr.set_exception_handler([](const httplib::Request &, httplib::Response & res, std::exception_ptr) {
-        send_error(res, error_for_status(500, "internal error while handling the request"));
-    });
-    svr.set_logger([this](const httplib::Request & req, const httplib::Response & res) {
-        metrics.add(metric::http_requests, 1, {path_label(req.path), std::to_string(res.status)});
-    });
+        http_response r = json_response(metrics.render_prometheus());
+        r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+        return ch->respond(std::move(r));
+    }
+    if (*allowed_methods(path) != '\0') {
+        api_error e = error_for_status(405, "Method " + req.method + " is not allowed on " + path + " (use " +
+                                                allowed_methods(path) + ")");
+        http_response r = json_response(error_body(e), 405);
+        r.headers.emplace_back("Allow", allowed_methods(path));
+        return ch->respond(std::move(r));
+    }
+    send_error(*ch, error_for_status(404, "Unknown route: " + req.method + " " + path));
 }
 
 std::optional<api_error> http_server::impl::tokenize_prompt(const completion_request & cr,
@@ -225,19 +292,19 @@ std::optional<api_error> http_server::impl::tokenize_prompt(const completion_req
     return std::nullopt;
 }
 
-void http_server::impl::handle_generation(const httplib::Request & req, httplib::Response & res, endpoint kind) {
+void http_server::impl::handle_generation(const http_request & req, const channel_ptr & ch, endpoint kind) {
     auto job = std::make_shared<generation_job>();
     job->arrival = clock::now();
-    if (auto e = parse_request(req.body, kind, limits, job->request)) return send_error(res, *e);
-    if (auto e = tokenize_prompt(job->request, job->prompt)) return send_error(res, *e);
+    if (auto e = parse_request(req.body, kind, limits, job->request)) return send_error(*ch, *e);
+    if (auto e = tokenize_prompt(job->request, job->prompt)) return send_error(*ch, *e);
     job->meta.kind = kind;
     job->meta.id = make_response_id(kind);
     job->meta.created = static_cast<int64_t>(std::time(nullptr));
     job->meta.model = opt.model_id;
-    job->client = client_connection::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+    job->client = ch;
 
     const auto timeout = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(opt.queue_timeout_s));
-    acquire_result acq = lanes.acquire(timeout, [&] { return stopping.load() || job->client.gone(); });
+    acquire_result acq = lanes.acquire(timeout, [&] { return stopping.load() || ch->gone(); });
     if (acq.outcome == acquire_outcome::cancelled && stopping) acq.outcome = acquire_outcome::shutting_down;
     metrics.observe(metric::queue_wait, acq.waited_s);
     if (acq.outcome != acquire_outcome::acquired) {
@@ -248,41 +315,26 @@ void http_server::impl::handle_generation(const httplib::Request & req, httplib:
                                     .attr("skippy.http.waited_ms", acq.waited_s * 1e3));
         switch (acq.outcome) {
             case acquire_outcome::queue_full:
-                return send_error(res, error_for_status(429, "The server is busy: every lane is in use and the queue of " +
+                return send_error(*ch, error_for_status(429, "The server is busy: every lane is in use and the queue of " +
                                                                  std::to_string(lanes.queue_capacity()) +
                                                                  " waiting requests is full; retry later"));
             case acquire_outcome::timed_out: {
                 api_error e = error_for_status(503, "No lane became free within the queue timeout; retry later");
                 e.code = "queue_timeout";
-                return send_error(res, e);
+                return send_error(*ch, e);
             }
             case acquire_outcome::shutting_down:
-                return send_error(res, error_for_status(503, "The server is shutting down"));
+                return send_error(*ch, error_for_status(503, "The server is shutting down"));
             default:  // the client left while waiting: nobody reads this
-                return send_error(res, error_for_status(503, "The client went away"));
+                return send_error(*ch, error_for_status(503, "The client went away"));
         }
     }
     job->lease = std::move(acq.lease);
     job->admitted = clock::now();
 
-    if (!job->request.stream) return finish_non_streaming(*job, res);
-
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-    // The provider runs after this handler returns, on the same thread; it owns the job
-    // (and its lane) until it finishes or httplib drops it (client gone before headers).
-    res.set_chunked_content_provider("text/event-stream", [this, job](size_t, httplib::DataSink & sink) {
-        bool ok = false;
-        try {
-            ok = stream(*job, sink);
-        } catch (const std::exception & ex) {  // an exception must not escape into httplib's worker
-            SKIPPY_LOG_ERROR("streaming request %s failed: %s", job->meta.id.c_str(), ex.what());
-        } catch (...) {
-            SKIPPY_LOG_ERROR("streaming request %s failed", job->meta.id.c_str());
-        }
-        job->lease.release();
-        return ok;
-    });
+    if (!job->request.stream) return finish_non_streaming(*job);
+    stream(*job);
+    job->lease.release();
 }
 
 run_outcome http_server::impl::run(generation_job & job, const std::function<bool(std::string_view)> & emit) {
@@ -304,7 +356,7 @@ run_outcome http_server::impl::run(generation_job & job, const std::function<boo
         const auto now = clock::now();
         if (last_token) metrics.observe(metric::time_per_output_token, seconds_between(*last_token, now));
         last_token = now;
-        if (stopping || job.client.gone()) {
+        if (stopping || job.client->gone()) {
             out.cancelled = true;
             return false;
         }
@@ -321,7 +373,10 @@ run_outcome http_server::impl::run(generation_job & job, const std::function<boo
     if (!res.is_ok()) {
         const status & st = res.error();
         SKIPPY_LOG_WARN("request %s failed: %s", job.meta.id.c_str(), st.to_string().c_str());
-        out.error = error_for_status(st.code() == error_code::invalid_argument ? 400 : 500, st.message());
+        // The request passed every check a stage makes (parse_request), so whatever the
+        // pipeline refuses now is the server's failure, not the client's: a broken
+        // model (non-finite logits), a stage that died.
+        out.error = error_for_status(500, st.message());
         return out;
     }
     out.gen = std::move(res).value();
@@ -335,43 +390,49 @@ run_outcome http_server::impl::run(generation_job & job, const std::function<boo
     return out;
 }
 
-void http_server::impl::finish_non_streaming(generation_job & job, httplib::Response & res) {
+void http_server::impl::finish_non_streaming(generation_job & job) {
     std::string text;
     run_outcome out = run(job, [&](std::string_view piece) {
         text.append(piece);
         return true;
     });
     record(job, out, false);
-    if (out.error) return send_error(res, *out.error);
+    response_channel & ch = *job.client;
+    if (out.error) return send_error(ch, *out.error);
     if (out.cancelled) {
         // Shutdown, or a client that left (then nobody reads this).
-        return send_error(res, error_for_status(503, stopping ? "The server is shutting down" : "The client went away"));
+        return send_error(ch, error_for_status(503, stopping ? "The server is shutting down" : "The client went away"));
     }
     usage_numbers usage{static_cast<int64_t>(job.prompt.size()), static_cast<int64_t>(out.gen.tokens.size()),
                         out.gen.cached_tokens};
-    res.set_content(completion_body(job.meta, text, out.finish, usage), "application/json");
+    ch.respond(json_response(completion_body(job.meta, text, out.finish, usage)));
 }
 
-bool http_server::impl::stream(generation_job & job, httplib::DataSink & sink) {
+void http_server::impl::stream(generation_job & job) {
+    response_channel & ch = *job.client;
+    http_response head;
+    head.content_type = "text/event-stream";
+    head.headers = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
+    ch.begin_stream(head);
     const bool usage_null = job.request.include_usage;
-    auto write = [&](const std::string & payload) { return sink.write(payload.data(), payload.size()); };
+    auto write = [&](const std::string & payload) { return ch.write(payload); };
     if (job.meta.kind == endpoint::chat_completions) {
         if (!write(sse_event(stream_chunk(job.meta, "", /*first=*/true, "", usage_null)))) {
             run_outcome none;
             none.cancelled = true;
             record(job, none, true);
-            return false;
+            return ch.abort_stream();
         }
     }
     run_outcome out = run(job, [&](std::string_view piece) {
         return write(sse_event(stream_chunk(job.meta, piece, false, "", usage_null)));
     });
     record(job, out, true);
-    if (out.cancelled) return false;  // closes the connection
+    if (out.cancelled) return ch.abort_stream();  // closes the connection
     if (out.error) {
+        // One error event, and no [DONE]: the stream did not complete.
         write(sse_event(error_body(*out.error)));
-        sink.done();
-        return true;
+        return ch.end_stream();
     }
     bool ok = write(sse_event(stream_chunk(job.meta, "", false, out.finish, usage_null)));
     if (ok && job.request.include_usage) {
@@ -380,8 +441,8 @@ bool http_server::impl::stream(generation_job & job, httplib::DataSink & sink) {
         ok = write(sse_event(stream_usage_chunk(job.meta, usage)));
     }
     ok = ok && write(std::string(sse_done));
-    if (ok) sink.done();
-    return ok;
+    if (ok) return ch.end_stream();
+    ch.abort_stream();
 }
 
 void http_server::impl::record(const generation_job & job, const run_outcome & out, bool streaming) {
@@ -419,34 +480,21 @@ http_server::http_server(pipeline_i & pipeline, const tokenizer & tok, server_op
 http_server::~http_server() { stop(); }
 
 status http_server::bind() {
-    // A write to a client that went away must fail with EPIPE, not kill the process.
+    // A write to a client that went away must fail with EPIPE, not kill the process
+    // (the loop sends with MSG_NOSIGNAL; this covers everything else).
     std::signal(SIGPIPE, SIG_IGN);
-    impl & m = *impl_;
-    if (m.opt.port == 0) {
-        m.bound_port = m.svr.bind_to_any_port(m.opt.host);
-    } else {
-        m.bound_port = m.svr.bind_to_port(m.opt.host, m.opt.port) ? m.opt.port : -1;
-    }
-    if (m.bound_port <= 0) {
-        m.bound_port = -1;
-        return make_error(error_code::unavailable,
-                          "cannot listen on " + m.opt.host + ":" + std::to_string(m.opt.port) +
-                              " (address in use, or not an address of this machine?)");
-    }
-    return status::ok();
+    return impl_->loop.bind();
 }
 
-int32_t http_server::port() const { return impl_->bound_port; }
+int32_t http_server::port() const { return impl_->loop.port(); }
+int32_t http_server::max_connections() const { return impl_->loop.max_connections(); }
+int32_t http_server::n_open_connections() const { return impl_->loop.n_open(); }
 
-void http_server::run() { impl_->svr.listen_after_bind(); }
+void http_server::run() { impl_->loop.run(); }
 
 status http_server::start() {
     SKIPPY_TRY(bind());
     impl_->thread = std::thread([this] { run(); });
-    // stop() only takes effect once the listener runs; wait for it so that a stop right
-    // after start cannot be lost.
-    for (int i = 0; i < 5000 && !impl_->svr.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (!impl_->svr.is_running()) return make_error(error_code::unavailable, "the HTTP listener did not start");
     return status::ok();
 }
 
@@ -454,8 +502,10 @@ void http_server::stop() {
     impl & m = *impl_;
     std::lock_guard<std::mutex> lock(m.stop_mutex);
     m.stopping = true;
-    m.lanes.shutdown();
-    m.svr.stop();
+    m.lanes.shutdown();   // waiters get 503; running generations see `stopping` at their next token
+    m.loop.begin_drain(); // every answer from now on closes its connection; blocked stream writes give up
+    m.workers.join();     // every generation has answered (through the loop, which still runs)
+    m.loop.stop();        // writes what is queued, closes the connections
     if (m.thread.joinable()) m.thread.join();
 }
 

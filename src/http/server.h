@@ -3,10 +3,13 @@
 // Serves POST /v1/chat/completions and /v1/completions (streaming with server-sent
 // events, or one JSON body), GET /v1/models, /v1/models/{id}, /health and /metrics on
 // top of any pipeline_i: the in-process local_pipeline or a chain of stage processes.
-// Each generation runs on one lane of the pipeline through run_generation; requests
-// beyond the lanes wait in a bounded queue (429 when full, 503 after the timeout). A
-// client that goes away cancels its generation and frees its lane. Every error is an
-// OpenAI error object. Details: docs/http-api.md.
+// One event loop (event_loop.h) owns every client socket: it reads requests with
+// deadlines and limits and answers /health, /v1/models and /metrics itself, so they
+// never wait behind generations or slow clients. Generation requests go to a pool of
+// worker threads; each runs on one lane of the pipeline through run_generation;
+// requests beyond the lanes wait in a bounded queue (429 when full, 503 after the
+// timeout). A client that goes away cancels its generation and frees its lane. Every
+// error is an OpenAI error object. Details: docs/http-api.md.
 #pragma once
 
 #include "base/status.h"
@@ -28,11 +31,16 @@ struct server_options {
     int32_t              port = 8080;         // 0: the system picks a free port (see http_server::port())
     int32_t              queue_capacity = 64; // requests that may wait for a lane; 0: none wait
     double               queue_timeout_s = 60;           // longest wait for a lane, then 503
-    size_t               max_body_bytes = 8u << 20;      // larger request bodies get 413
+    size_t               max_body_bytes = 8u << 20;      // larger request bodies get 413 (chunked ones too)
+    int32_t              max_connections = 4096;         // open client connections; beyond: shed idle/slow ones, else 503
+    double               idle_timeout_s = 5;             // a connection with no request in progress is closed after this
+    double               head_timeout_s = 10;            // a request head must be complete this long after its first byte (408)
+    double               body_timeout_s = 10;            // grace for a body, on top of its size / min_body_bytes_per_s (408)
+    double               min_body_bytes_per_s = 64 << 10;  // slowest request body accepted after the grace
     std::string          model_id = "skippy";            // what /v1/models lists and responses carry
     int32_t              prefill_chunk_tokens = 512;     // prompt tokens per prefill step
     chat_template_family chat_template = chat_template_family::plain;
-    int32_t              http_threads = 0;   // 0: lanes + queue + 8 (a waiting request holds a thread)
+    int32_t              http_threads = 0;   // generation workers; 0: lanes + queue + 4 (a waiting request holds one)
 };
 
 class http_server {
@@ -49,6 +57,11 @@ public:
     status bind();
     // The bound port (the chosen one when options.port was 0). REQUIRES: bind() succeeded.
     int32_t port() const;
+    // The connection cap in force: max_connections, or less when the process may not
+    // open that many files. REQUIRES: bind() succeeded.
+    int32_t max_connections() const;
+    // Client connections open right now.
+    int32_t n_open_connections() const;
 
     // Serves on the calling thread until stop(). REQUIRES: bind() succeeded.
     void run();

@@ -107,6 +107,19 @@ inline __m256i lane_mask(int64_t n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+// The 32 nibbles of 16 bytes in value order: low nibbles (values 0-15), then high.
+inline __m256i unpack_nibbles_32(const uint8_t * qs) {
+    const __m128i q = loadu_128(qs);
+    const __m128i mask = _mm_set1_epi8(0x0f);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), mask), _mm_and_si128(q, mask));
+}
+
+// 16 table entries (int8) looked up by 32 indices < 16.
+inline __m256i lookup16(const int8_t * table, __m256i idx) {
+    const __m256i t = _mm256_broadcastsi128_si256(loadu_128(reinterpret_cast<const uint8_t *>(table)));
+    return _mm256_shuffle_epi8(t, idx);
+}
+
 // Nearest integer, ties to even, as rounding.h's round_nearest_even computes it (the
 // same bits for every input, NaN and infinities included): add 1.5 * 2^23 and read the
 // low mantissa bits.

@@ -2,8 +2,9 @@
 //
 // Every supported weight type has: dequantization, quantization (for make-model and
 // tests), and a dot product between one weight row and one activation row that has
-// been converted once to the type's activation format ("vec_dot type", as in ggml:
-// F32 -> F32, F16 -> F16, BF16 -> BF16, Q8_0/Q4_0 -> Q8_0, Q4_K/Q6_K -> Q8_K).
+// been converted once to the type's activation format ("vec_dot type", as in ggml's
+// CPU backend: F32 -> F32, F16 -> F16, BF16 -> BF16, Q8_0/Q4_0/Q5_0/IQ4_NL/MXFP4 -> Q8_0,
+// Q5_1 -> Q8_1, Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS -> Q8_K).
 //
 // Batch invariance (DESIGN §4): matmul computes each output element y[t][r] with
 // exactly the same operations whatever n_tokens, the position of t in the batch, the
@@ -33,25 +34,25 @@ struct matrix_view {
 };
 
 // Weight types with dequantize, quantize and matmul support: F32, F16, BF16, Q8_0,
-// Q4_0, Q4_K, Q6_K.
+// Q4_0, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS.
 bool is_supported(tensor_type t);
 
 // Decodes n values of a row in t's block layout (GGUF/ggml bytes, little-endian, no
 // alignment needed). Bitwise what ggml's dequantize_row_* gives.
 // REQUIRES: is_supported(t); n % block_elems(t) == 0.
 void dequantize_row(tensor_type t, const void * src, float * dst, int64_t n);
-// Encodes n values, deterministically. F16/BF16 round to nearest even; Q8_0 and Q4_0
-// are ggml's reference quantizers (byte-identical output); Q4_K and Q6_K use simpler
-// non-iterative encoders than llama-quantize (valid blocks; about 1.1x its RMS error
-// on the shared synthetic models, never clipping a value).
+// Encodes n values, deterministically. F16/BF16 round to nearest even; Q8_0, Q4_0,
+// Q5_0, Q5_1 and MXFP4 are ggml's reference quantizers (byte-identical output); the
+// K-quants, IQ4_NL and IQ4_XS use simpler non-iterative encoders than llama-quantize
+// (valid blocks; 1.02x to 1.2x its RMS error on the shared synthetic models).
 // REQUIRES: is_supported(t); n % block_elems(t) == 0; dst holds row_bytes(t, n).
 void quantize_row(tensor_type t, const float * src, void * dst, int64_t n);
 
 // y[t * n_rows + r] = dot(row r of w, x[t * n_cols ...]) for t < n_tokens, r < n_rows.
 // x is token-major f32 ([n_cols, n_tokens]); y is token-major ([n_rows, n_tokens]).
 // Each activation row is first converted to the weight type's activation format as
-// llama.cpp does on CPU (F32 as is; F16/BF16 rounded; Q8_0 blocks for Q8_0/Q4_0
-// weights; Q8_K blocks for Q4_K/Q6_K), then dotted with each weight row.
+// llama.cpp does on CPU (F32 as is; F16/BF16 rounded; Q8_0, Q8_1 or Q8_K blocks for
+// the quantized types, see above), then dotted with each weight row.
 // REQUIRES: is_supported(w.type); n_cols % block_elems == 0; x and y do not overlap;
 // w.data holds n_rows * row_bytes(w.type, n_cols) bytes.
 // PROMISES: batch invariance as above. pool may be null (runs on the calling thread).
@@ -131,5 +132,14 @@ private:
     int                   n_threads_;
     std::unique_ptr<impl> impl_;
 };
+
+// ---- element-wise activations of the model families (src/kernels/activations.cpp) ----
+
+// out[i] = gelu(gate[i]) * up[i] for i < n (GELU-gated product, gemma3's FFN; out may be
+// gate or up), with GELU in its tanh form computed exactly rather than through an fp16
+// table: gelu(x) = 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3),
+// with exp_shifted's exp. One implementation for every path (scalar and AVX2 builds run
+// the same operations), so the bits never depend on the kernel path.
+void gelu_gated(const float * gate, const float * up, float * out, int64_t n);
 
 }  // namespace skippy::kernels

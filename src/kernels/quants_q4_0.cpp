@@ -1,11 +1,11 @@
 // Q4_0: blocks of 32 4-bit values (offset 8) with one f16 scale (layout in blocks.h).
 #include "kernels/blocks.h"
+#include "kernels/quants_common.h"
 #include "kernels/quants_scalar.h"
 
 #include "base/byte_io.h"
 #include "base/fp16.h"
 
-#include <cmath>
 
 namespace skippy::kernels::scalar {
 
@@ -28,45 +28,24 @@ void from_float_q4_0(const float * src, uint8_t * dst, int64_t n) {
     for (int64_t ib = 0; ib < n / qk_0; ++ib) {
         const float * x = src + ib * qk_0;
         uint8_t * b = dst + ib * q4_0_block_bytes;
-        float amax = 0.0f;
-        float max = 0.0f;
-        for (int64_t j = 0; j < qk_0; ++j) {
-            if (std::fabs(x[j]) > amax) {
-                amax = std::fabs(x[j]);
-                max = x[j];
-            }
-        }
-        const float d = max / -8.0f;
+        const float d = max_by_magnitude(x, qk_0) / -8.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         store_u16_le(b, f32_to_f16(d));
-        auto encode = [id](float v) -> uint8_t {
-            const float shifted = v * id + 8.5f;
-            // In [0.5, 16.5] for finite input; the clamp also absorbs inf/nan.
-            if (!(shifted >= 0.0f)) return 0;
-            if (shifted >= 15.0f) return 15;
-            return static_cast<uint8_t>(shifted);
-        };
-        for (int64_t j = 0; j < qk_0 / 2; ++j) {
-            b[2 + j] = static_cast<uint8_t>(encode(x[j]) | (encode(x[j + qk_0 / 2]) << 4));
-        }
+        uint8_t q[32];
+        // In [0.5, 16.5] for finite input (truncated); the clamp also absorbs inf/nan.
+        for (int j = 0; j < 32; ++j) q[j] = truncate_code(x[j] * id + 8.5f, 15);
+        pack_nibbles_32(q, b + 2);
     }
 }
 
-// Per block: exact int32 sum of (q_w - 8) * q_x, then sum += sumi * (d_w * d_x).
+// dot_blocks_q8_0 (quants_common.h) with the values q_w - 8.
 float vec_dot_q4_0_q8_0(const uint8_t * w_row, const uint8_t * x_row, int64_t n) {
-    float sum = 0.0f;
-    for (int64_t ib = 0; ib < n / qk_0; ++ib) {
-        const uint8_t * w = w_row + ib * q4_0_block_bytes;
-        const uint8_t * x = x_row + ib * q8_0_block_bytes;
-        int32_t sumi = 0;
-        for (int64_t j = 0; j < qk_0 / 2; ++j) {
-            sumi += ((w[2 + j] & 0x0f) - 8) * static_cast<int8_t>(x[2 + j]);
-            sumi += ((w[2 + j] >> 4) - 8) * static_cast<int8_t>(x[2 + j + qk_0 / 2]);
-        }
-        const float d = f16_to_f32(load_u16_le(w)) * f16_to_f32(load_u16_le(x));
-        sum += static_cast<float>(sumi) * d;
-    }
-    return sum;
+    return dot_blocks_q8_0(w_row, q4_0_block_bytes, x_row, n, [](const uint8_t * w, int8_t * v) {
+        uint8_t q[32];
+        unpack_nibbles_32(w + 2, q);
+        for (int j = 0; j < 32; ++j) v[j] = static_cast<int8_t>(q[j] - 8);
+        return f16_to_f32(load_u16_le(w));
+    });
 }
 
 }  // namespace skippy::kernels::scalar

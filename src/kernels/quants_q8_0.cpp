@@ -1,5 +1,6 @@
 // Q8_0: blocks of 32 int8 values with one f16 scale (layout in blocks.h).
 #include "kernels/blocks.h"
+#include "kernels/quants_common.h"
 #include "kernels/quants_scalar.h"
 #include "kernels/rounding.h"
 
@@ -7,6 +8,7 @@
 #include "base/fp16.h"
 
 #include <cmath>
+#include <cstring>
 
 namespace skippy::kernels::scalar {
 namespace {
@@ -60,20 +62,12 @@ void from_float_q8_0_activation(const float * src, uint8_t * dst, int64_t n) {
     }
 }
 
-// Per block: exact int32 sum of q_w * q_x, then sum += sumi * (d_w * d_x).
+// dot_blocks_q8_0 (quants_common.h) with the codes as values.
 float vec_dot_q8_0_q8_0(const uint8_t * w_row, const uint8_t * x_row, int64_t n) {
-    float sum = 0.0f;
-    for (int64_t ib = 0; ib < n / qk_0; ++ib) {
-        const uint8_t * w = w_row + ib * q8_0_block_bytes;
-        const uint8_t * x = x_row + ib * q8_0_block_bytes;
-        int32_t sumi = 0;
-        for (int64_t j = 0; j < qk_0; ++j) {
-            sumi += static_cast<int32_t>(static_cast<int8_t>(w[2 + j])) * static_cast<int8_t>(x[2 + j]);
-        }
-        const float d = f16_to_f32(load_u16_le(w)) * f16_to_f32(load_u16_le(x));
-        sum += static_cast<float>(sumi) * d;
-    }
-    return sum;
+    return dot_blocks_q8_0(w_row, q8_0_block_bytes, x_row, n, [](const uint8_t * w, int8_t * v) {
+        std::memcpy(v, w + 2, 32);
+        return f16_to_f32(load_u16_le(w));
+    });
 }
 
 }  // namespace skippy::kernels::scalar

@@ -1,12 +1,12 @@
 // Q8_K: the activation format the K-quants are dotted with (layout in blocks.h).
 #include "kernels/blocks.h"
+#include "kernels/quants_common.h"
 #include "kernels/quants_scalar.h"
 #include "kernels/rounding.h"
 
 #include "base/byte_io.h"
 #include "base/fp16.h"
 
-#include <cmath>
 #include <cstring>
 
 namespace skippy::kernels::scalar {
@@ -27,15 +27,8 @@ void from_float_q8_k(const float * src, uint8_t * dst, int64_t n) {
     for (int64_t ib = 0; ib < n / qk_k; ++ib) {
         const float * x = src + ib * qk_k;
         uint8_t * b = dst + ib * q8_k_block_bytes;
-        float amax = 0.0f;
-        float max = 0.0f;
-        for (int64_t j = 0; j < qk_k; ++j) {
-            if (std::fabs(x[j]) > amax) {
-                amax = std::fabs(x[j]);
-                max = x[j];
-            }
-        }
-        if (amax == 0.0f) {
+        const float max = max_by_magnitude(x, qk_k);
+        if (max == 0.0f) {
             std::memset(b, 0, q8_k_block_bytes);
             continue;
         }

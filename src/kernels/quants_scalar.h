@@ -64,4 +64,48 @@ void to_float_q6_k(const uint8_t * src, float * dst, int64_t n);
 void from_float_q6_k(const float * src, uint8_t * dst, int64_t n);
 float vec_dot_q6_k_q8_k(const uint8_t * w_row, const uint8_t * x_row, int64_t n);
 
+// Q8_1 (quants_q8_1.cpp), activations for Q5_1: llama.cpp's x86 activation path,
+// d = amax / 127, q = nearest-even(x * (127 / amax)), s = d * sum(q) (each stored as f16).
+void to_float_q8_1(const uint8_t * src, float * dst, int64_t n);
+void from_float_q8_1(const float * src, uint8_t * dst, int64_t n);
+
+// Q5_0 (quants_q5_0.cpp), weights dotted with Q8_0 activations; quantized as ggml's
+// quantize_row_q5_0_ref (byte-identical).
+void to_float_q5_0(const uint8_t * src, float * dst, int64_t n);
+void from_float_q5_0(const float * src, uint8_t * dst, int64_t n);
+float vec_dot_q5_0_q8_0(const uint8_t * w_row, const uint8_t * x_row, int64_t n);
+
+// Q5_1 (quants_q5_1.cpp), weights dotted with Q8_1 activations; quantized as ggml's
+// quantize_row_q5_1_ref (byte-identical).
+void to_float_q5_1(const uint8_t * src, float * dst, int64_t n);
+void from_float_q5_1(const float * src, uint8_t * dst, int64_t n);
+float vec_dot_q5_1_q8_1(const uint8_t * w_row, const uint8_t * x_row, int64_t n);
+
+// IQ4_NL (quants_iq4_nl.cpp), weights dotted with Q8_0 activations.
+void to_float_iq4_nl(const uint8_t * src, float * dst, int64_t n);
+void from_float_iq4_nl(const float * src, uint8_t * dst, int64_t n);
+float vec_dot_iq4_nl_q8_0(const uint8_t * w_row, const uint8_t * x_row, int64_t n);
+
+// MXFP4 (quants_mxfp4.cpp), weights dotted with Q8_0 activations.
+void to_float_mxfp4(const uint8_t * src, float * dst, int64_t n);
+void from_float_mxfp4(const float * src, uint8_t * dst, int64_t n);
+float vec_dot_mxfp4_q8_0(const uint8_t * w_row, const uint8_t * x_row, int64_t n);
+
+// Q2_K, Q3_K, Q5_K, IQ4_XS (quants_q2_k.cpp ...), weights dotted with Q8_K activations.
+void to_float_q2_k(const uint8_t * src, float * dst, int64_t n);
+void from_float_q2_k(const float * src, uint8_t * dst, int64_t n);
+float vec_dot_q2_k_q8_k(const uint8_t * w_row, const uint8_t * x_row, int64_t n);
+
+void to_float_q3_k(const uint8_t * src, float * dst, int64_t n);
+void from_float_q3_k(const float * src, uint8_t * dst, int64_t n);
+float vec_dot_q3_k_q8_k(const uint8_t * w_row, const uint8_t * x_row, int64_t n);
+
+void to_float_q5_k(const uint8_t * src, float * dst, int64_t n);
+void from_float_q5_k(const float * src, uint8_t * dst, int64_t n);
+float vec_dot_q5_k_q8_k(const uint8_t * w_row, const uint8_t * x_row, int64_t n);
+
+void to_float_iq4_xs(const uint8_t * src, float * dst, int64_t n);
+void from_float_iq4_xs(const float * src, uint8_t * dst, int64_t n);
+float vec_dot_iq4_xs_q8_k(const uint8_t * w_row, const uint8_t * x_row, int64_t n);
+
 }  // namespace skippy::kernels::scalar

@@ -17,7 +17,7 @@
 namespace skippy::kernels {
 namespace {
 
-using table = std::array<type_kernels, 8>;
+using table = std::array<type_kernels, 17>;
 
 constexpr table k_scalar_table = {{
     {tensor_type::f32, tensor_type::f32, scalar::to_float_f32, scalar::from_float_f32,
@@ -36,6 +36,24 @@ constexpr table k_scalar_table = {{
      nullptr, scalar::vec_dot_q6_k_q8_k, nullptr, nullptr},
     {tensor_type::q8_k, tensor_type::q8_k, scalar::to_float_q8_k, scalar::from_float_q8_k,
      scalar::from_float_q8_k, nullptr, nullptr, nullptr},
+    {tensor_type::q8_1, tensor_type::q8_1, scalar::to_float_q8_1, scalar::from_float_q8_1,
+     scalar::from_float_q8_1, nullptr, nullptr, nullptr},
+    {tensor_type::q5_0, tensor_type::q8_0, scalar::to_float_q5_0, scalar::from_float_q5_0,
+     nullptr, scalar::vec_dot_q5_0_q8_0, nullptr, nullptr},
+    {tensor_type::q5_1, tensor_type::q8_1, scalar::to_float_q5_1, scalar::from_float_q5_1,
+     nullptr, scalar::vec_dot_q5_1_q8_1, nullptr, nullptr},
+    {tensor_type::iq4_nl, tensor_type::q8_0, scalar::to_float_iq4_nl, scalar::from_float_iq4_nl,
+     nullptr, scalar::vec_dot_iq4_nl_q8_0, nullptr, nullptr},
+    {tensor_type::mxfp4, tensor_type::q8_0, scalar::to_float_mxfp4, scalar::from_float_mxfp4,
+     nullptr, scalar::vec_dot_mxfp4_q8_0, nullptr, nullptr},
+    {tensor_type::q2_k, tensor_type::q8_k, scalar::to_float_q2_k, scalar::from_float_q2_k,
+     nullptr, scalar::vec_dot_q2_k_q8_k, nullptr, nullptr},
+    {tensor_type::q3_k, tensor_type::q8_k, scalar::to_float_q3_k, scalar::from_float_q3_k,
+     nullptr, scalar::vec_dot_q3_k_q8_k, nullptr, nullptr},
+    {tensor_type::q5_k, tensor_type::q8_k, scalar::to_float_q5_k, scalar::from_float_q5_k,
+     nullptr, scalar::vec_dot_q5_k_q8_k, nullptr, nullptr},
+    {tensor_type::iq4_xs, tensor_type::q8_k, scalar::to_float_iq4_xs, scalar::from_float_iq4_xs,
+     nullptr, scalar::vec_dot_iq4_xs_q8_k, nullptr, nullptr},
 }};
 
 const type_kernels * find(const table & t, tensor_type type) {
@@ -86,6 +104,28 @@ table make_avx2_table() {
     q6_k.mul_tile = avx2::mul_tile_q6_k_q8_k;
     type_kernels & q8_k = find_mutable(t, tensor_type::q8_k);
     q8_k.from_float_activation = avx2::from_float_q8_k;
+    type_kernels & q8_1 = find_mutable(t, tensor_type::q8_1);
+    q8_1.from_float_activation = avx2::from_float_q8_1;
+    struct product {
+        tensor_type type;
+        vec_dot_fn  vec_dot;
+        mul_tile_fn mul_tile;
+    };
+    const product products[] = {
+        {tensor_type::q5_0, avx2::vec_dot_q5_0_q8_0, avx2::mul_tile_q5_0_q8_0},
+        {tensor_type::q5_1, avx2::vec_dot_q5_1_q8_1, avx2::mul_tile_q5_1_q8_1},
+        {tensor_type::iq4_nl, avx2::vec_dot_iq4_nl_q8_0, avx2::mul_tile_iq4_nl_q8_0},
+        {tensor_type::mxfp4, avx2::vec_dot_mxfp4_q8_0, avx2::mul_tile_mxfp4_q8_0},
+        {tensor_type::q2_k, avx2::vec_dot_q2_k_q8_k, avx2::mul_tile_q2_k_q8_k},
+        {tensor_type::q3_k, avx2::vec_dot_q3_k_q8_k, avx2::mul_tile_q3_k_q8_k},
+        {tensor_type::q5_k, avx2::vec_dot_q5_k_q8_k, avx2::mul_tile_q5_k_q8_k},
+        {tensor_type::iq4_xs, avx2::vec_dot_iq4_xs_q8_k, avx2::mul_tile_iq4_xs_q8_k},
+    };
+    for (const product & p : products) {
+        type_kernels & k = find_mutable(t, p.type);
+        k.vec_dot = p.vec_dot;
+        k.mul_tile = p.mul_tile;
+    }
     return t;
 }
 #endif
@@ -160,8 +200,8 @@ implementation active_impl() {
 // Looked up per matmul and per attention block: an array indexed by type number,
 // filled once, instead of a search.
 const type_kernels * active_kernels(tensor_type t) {
-    static const std::array<const type_kernels *, 32> by_type = [] {
-        std::array<const type_kernels *, 32> a{};
+    static const std::array<const type_kernels *, 64> by_type = [] {
+        std::array<const type_kernels *, 64> a{};
         for (uint32_t i = 0; i < a.size(); ++i) a[i] = kernel_table(active_impl(), static_cast<tensor_type>(i));
         return a;
     }();

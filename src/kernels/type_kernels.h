@@ -45,7 +45,7 @@ using add_scaled_fn = void (*)(const float * a, const uint8_t * rows, size_t row
 
 struct type_kernels {
     tensor_type type = tensor_type::f32;
-    // Format activations are converted to before vec_dot (F32, F16, BF16, Q8_0, Q8_K).
+    // Format activations are converted to before vec_dot (F32, F16, BF16, Q8_0, Q8_1, Q8_K).
     tensor_type vec_dot_type = tensor_type::f32;
     // Dequantization.
     to_float_fn to_float = nullptr;
@@ -55,7 +55,7 @@ struct type_kernels {
     // differently from from_float (Q8_0: ties to even with 127/amax, as llama.cpp's
     // x86 path does, vs ggml's reference weight quantizer).
     from_float_fn from_float_activation = nullptr;
-    // Null for activation-only types (Q8_K).
+    // Null for activation-only types (Q8_K, Q8_1).
     vec_dot_fn vec_dot = nullptr;
     // Optional; null means matmul loops over vec_dot.
     mul_tile_fn mul_tile = nullptr;
@@ -70,8 +70,8 @@ bool cpu_supports(implementation impl);
 
 // Kernels of type t in the given implementation, or null when t has none there (or
 // the CPU cannot run that implementation).
-// The scalar table covers F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K (weights) and Q8_K
-// (activations only).
+// The scalar table covers F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K,
+// Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (weights) and Q8_K, Q8_1 (activations only).
 const type_kernels * kernel_table(implementation impl, tensor_type t);
 
 // The implementation in use, chosen once per process: AVX2 when CPUID reports AVX2,

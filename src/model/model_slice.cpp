@@ -1,5 +1,5 @@
-#include "base/fp16.h"
-#include "model/model.h"
+#include "model/blocks.h"
+#include "model/family.h"
 
 #include <algorithm>
 #include <cmath>
@@ -18,7 +18,33 @@ std::string dims_string(const std::vector<int64_t> & dims) {
     return s + "]";
 }
 
-// A 2-D weight [n_cols, n_rows] of a type the kernels support.
+// Per-pair frequency factors of a rope variant: rope_freqs.weight (Llama 3.1+) when the
+// file has it, else Phi-3's long or short factors by the per-sequence context. A file
+// that has them always runs with them.
+result<const float *> bind_rope_factors(const gguf::file & f, const model_hparams & hp, int32_t n_ctx_seq) {
+    const int64_t n = hp.rope.n_rot / 2;
+    const char * name = "rope_freqs.weight";
+    if (!f.find_tensor(name)) {
+        const bool has_long = f.find_tensor("rope_factors_long.weight") != nullptr;
+        const bool has_short = f.find_tensor("rope_factors_short.weight") != nullptr;
+        if (!has_long && !has_short) return static_cast<const float *>(nullptr);
+        if (!has_long || !has_short) {
+            return make_error(error_code::invalid_data, "model has only one of rope_factors_long.weight and rope_factors_short.weight");
+        }
+        name = n_ctx_seq > hp.rope.n_ctx_orig ? "rope_factors_long.weight" : "rope_factors_short.weight";
+    }
+    SKIPPY_ASSIGN_OR_RETURN(const float * factors, bind_vector(f, name, n, true));
+    for (int64_t i = 0; i < n; ++i) {
+        if (!std::isfinite(factors[i]) || !(factors[i] > 0)) return shape_error(name, "holds a factor that is not a positive finite float");
+    }
+    return factors;
+}
+
+// Tokens per pass of forward_batch (see there).
+constexpr int64_t k_pass_tokens = 256;
+
+}  // namespace
+
 result<kernels::matrix_view> bind_matrix(const gguf::file & f, const std::string & name, int64_t n_cols, int64_t n_rows) {
     const gguf::tensor_info * t = f.find_tensor(name);
     if (!t) return make_error(error_code::invalid_data, "model lacks tensor '" + name + "'");
@@ -38,7 +64,6 @@ result<kernels::matrix_view> bind_matrix(const gguf::file & f, const std::string
     return m;
 }
 
-// A 1-D f32 vector of n elements (norm weights, biases).
 result<const float *> bind_vector(const gguf::file & f, const std::string & name, int64_t n, bool required) {
     const gguf::tensor_info * t = f.find_tensor(name);
     if (!t) {
@@ -53,83 +78,22 @@ result<const float *> bind_vector(const gguf::file & f, const std::string & name
     return reinterpret_cast<const float *>(t->data);
 }
 
-// y = x / rms(x) * w, with the mean of squares summed in double, as the reference does.
-void rms_norm(const float * x, const float * w, int64_t n, float eps, float * y) {
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
-    const float mean = static_cast<float>(sum / static_cast<double>(n));
-    const float scale = 1.0f / std::sqrt(mean + eps);
-    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * scale) * w[i];
+std::string tensor_binder::name(tensor_role role, std::string_view suffix) const {
+    return "blk." + std::to_string(il_) + "." + std::string(k_tensor_names[static_cast<size_t>(role)]) + "." + std::string(suffix);
 }
 
-// cos/sin for each rotated pair at position pos, built the way ggml's rope cache is
-// (theta multiplied pair by pair) so positions rotate identically to the reference.
-void rope_table(const model_hparams & hp, int64_t pos, float * cos_out, float * sin_out) {
-    const float theta_scale = std::pow(hp.rope_freq_base, -2.0f / static_cast<float>(hp.n_rot));
-    float theta = static_cast<float>(pos);
-    for (int32_t i = 0; i < hp.n_rot / 2; ++i) {
-        const float t = hp.rope_freq_scale * theta;
-        cos_out[i] = std::cos(t);
-        sin_out[i] = std::sin(t);
-        theta *= theta_scale;
-    }
+result<kernels::matrix_view> tensor_binder::matrix(tensor_role role, int64_t n_cols, int64_t n_rows) const {
+    return bind_matrix(file_, name(role), n_cols, n_rows);
 }
 
-void apply_rope(const model_hparams & hp, float * head, const float * c, const float * s) {
-    const int32_t half = hp.n_rot / 2;
-    for (int32_t i = 0; i < half; ++i) {
-        const int32_t a = hp.rope == rope_mode::normal ? 2 * i : i;
-        const int32_t b = hp.rope == rope_mode::normal ? 2 * i + 1 : i + half;
-        const float x0 = head[a];
-        const float x1 = head[b];
-        head[a] = x0 * c[i] - x1 * s[i];
-        head[b] = x0 * s[i] + x1 * c[i];
-    }
+result<const float *> tensor_binder::vector(tensor_role role, int64_t n, bool required, std::string_view suffix) const {
+    return bind_vector(file_, name(role, suffix), n, required);
 }
 
-void store_kv(uint8_t * row, const float * src, int64_t n, kv_dtype dt) {
-    if (dt == kv_dtype::f16) {
-        for (int64_t i = 0; i < n; ++i) {
-            const f16_bits h = f32_to_f16(src[i]);
-            std::memcpy(row + 2 * i, &h, 2);
-        }
-    } else {
-        std::memcpy(row, src, static_cast<size_t>(n) * 4);
-    }
-}
+model_slice::~model_slice() = default;
 
-// Tokens per pass of forward_layers (see there).
-constexpr int64_t k_pass_tokens = 256;
-
-void run_tasks(kernels::thread_pool * pool, int64_t n, const std::function<void(int64_t)> & fn) {
-    if (pool && n > 1) {
-        pool->parallel_for(n, fn);
-    } else {
-        for (int64_t i = 0; i < n; ++i) fn(i);
-    }
-}
-
-// fn(t0, t1) over [0, n_tokens) in a few contiguous chunks per thread, for per-token
-// element-wise work (each token's result depends on that token alone, so the split
-// cannot change a bit). One token runs inline: decode does not pay for a job.
-void run_token_chunks(kernels::thread_pool * pool, int64_t n_tokens, const std::function<void(int64_t, int64_t)> & fn) {
-    const int64_t n_threads = pool ? pool->n_threads() : 1;
-    const int64_t n_chunks = std::min<int64_t>(n_tokens, n_threads == 1 ? 1 : 4 * n_threads);
-    if (n_chunks <= 1) {
-        fn(0, n_tokens);
-        return;
-    }
-    const int64_t per_chunk = (n_tokens + n_chunks - 1) / n_chunks;
-    pool->parallel_for(n_chunks, [&](int64_t c) {
-        const int64_t t0 = c * per_chunk;
-        const int64_t t1 = std::min(n_tokens, t0 + per_chunk);
-        if (t0 < t1) fn(t0, t1);
-    });
-}
-
-}  // namespace
-
-result<std::unique_ptr<model_slice>> model_slice::bind(std::shared_ptr<const gguf::file> file, layer_range range) {
+result<std::unique_ptr<model_slice>> model_slice::bind(std::shared_ptr<const gguf::file> file, layer_range range,
+                                                       const slice_options & options) {
     SKIPPY_ASSIGN_OR_RETURN(model_hparams hp, model_hparams::from_gguf(*file));
     if (range.start < 0 || range.end > hp.n_layer || range.start >= range.end) {
         return make_error(error_code::invalid_argument, "layer range [" + std::to_string(range.start) + ", " +
@@ -158,23 +122,23 @@ result<std::unique_ptr<model_slice>> model_slice::bind(std::shared_ptr<const ggu
         if (!first) slice->token_embd_ = {};  // bound only to serve as the head
     }
 
-    for (int32_t il = range.start; il < range.end; ++il) {
-        const std::string b = "blk." + std::to_string(il) + ".";
-        layer_weights lw;
-        SKIPPY_ASSIGN_OR_RETURN(lw.attn_norm, bind_vector(f, b + "attn_norm.weight", hp.n_embd, true));
-        SKIPPY_ASSIGN_OR_RETURN(lw.wq, bind_matrix(f, b + "attn_q.weight", hp.n_embd, hp.q_dim()));
-        SKIPPY_ASSIGN_OR_RETURN(lw.wk, bind_matrix(f, b + "attn_k.weight", hp.n_embd, hp.kv_dim()));
-        SKIPPY_ASSIGN_OR_RETURN(lw.wv, bind_matrix(f, b + "attn_v.weight", hp.n_embd, hp.kv_dim()));
-        SKIPPY_ASSIGN_OR_RETURN(lw.wo, bind_matrix(f, b + "attn_output.weight", hp.q_dim(), hp.n_embd));
-        SKIPPY_ASSIGN_OR_RETURN(lw.bq, bind_vector(f, b + "attn_q.bias", hp.q_dim(), hp.has_qkv_bias));
-        SKIPPY_ASSIGN_OR_RETURN(lw.bk, bind_vector(f, b + "attn_k.bias", hp.kv_dim(), hp.has_qkv_bias));
-        SKIPPY_ASSIGN_OR_RETURN(lw.bv, bind_vector(f, b + "attn_v.bias", hp.kv_dim(), hp.has_qkv_bias));
-        SKIPPY_ASSIGN_OR_RETURN(lw.ffn_norm, bind_vector(f, b + "ffn_norm.weight", hp.n_embd, true));
-        SKIPPY_ASSIGN_OR_RETURN(lw.ffn_gate, bind_matrix(f, b + "ffn_gate.weight", hp.n_embd, hp.n_ff));
-        SKIPPY_ASSIGN_OR_RETURN(lw.ffn_up, bind_matrix(f, b + "ffn_up.weight", hp.n_embd, hp.n_ff));
-        SKIPPY_ASSIGN_OR_RETURN(lw.ffn_down, bind_matrix(f, b + "ffn_down.weight", hp.n_ff, hp.n_embd));
-        slice->layers_.push_back(lw);
+    auto layers = std::make_unique<bound_layers>();
+    layers->family = &find_family(hp.arch_name)->family;  // from_gguf found it
+    const int32_t n_ctx_seq = options.n_ctx_seq > 0 ? options.n_ctx_seq : std::min(hp.n_ctx_train, 4096);
+    SKIPPY_ASSIGN_OR_RETURN(const float * factors, bind_rope_factors(f, hp, n_ctx_seq));
+    if (factors && hp.rope_swa.n_rot != hp.rope.n_rot) {
+        return make_error(error_code::unsupported, "RoPE factors with a different rotary width on sliding-window layers");
     }
+    layers->ropes = {rope_variant{hp.rope, factors}, rope_variant{hp.rope_swa, factors}};
+    for (auto & v : layers->ropes) blocks::prepare_rope(v);
+    for (int32_t il = range.start; il < range.end; ++il) {
+        layer_weights lw;
+        lw.kind = hp.layer_kinds[static_cast<size_t>(il)];
+        lw.rope_variant = lw.kind == layer_kind::sliding_attention ? 1 : 0;
+        SKIPPY_TRY(layers->family->bind_layer(tensor_binder(f, il), hp, lw));
+        layers->layers.push_back(lw);
+    }
+    slice->layers_ = std::move(layers);
     return slice;
 }
 
@@ -196,208 +160,122 @@ status model_slice::embed(std::span<const token_id> tokens, float * x) const {
             return make_error(error_code::invalid_argument, "token id " + std::to_string(id) + " is outside the vocabulary of " +
                                                                 std::to_string(hparams_.n_vocab));
         }
-        kernels::dequantize_row(token_embd_.type, token_embd_.data + static_cast<size_t>(id) * stride,
-                                x + static_cast<int64_t>(i) * n_embd, n_embd);
+        float * row = x + static_cast<int64_t>(i) * n_embd;
+        kernels::dequantize_row(token_embd_.type, token_embd_.data + static_cast<size_t>(id) * stride, row, n_embd);
+        if (hparams_.embd_scale != 1.0f) {
+            for (int64_t j = 0; j < n_embd; ++j) row[j] *= hparams_.embd_scale;
+        }
     }
     return status::ok();
 }
 
 status model_slice::forward_layers(float * x, int64_t n_tokens, int64_t pos_start, kv_sequence & kv,
                                    kernels::thread_pool * pool, forward_workspace & ws) const {
-    const model_hparams & hp = hparams_;
-    if (n_tokens <= 0) return status::ok();
-    if (kv.n_tokens() < pos_start) {
-        return make_error(error_code::invalid_argument, "KV holds " + std::to_string(kv.n_tokens()) +
-                                                            " positions, cannot continue at " + std::to_string(pos_start));
-    }
-    SKIPPY_TRY(kv.prepare_write(pos_start, n_tokens));
+    const sequence_span span{&kv, pos_start, n_tokens};
+    return forward_batch(x, std::span<const sequence_span>(&span, 1), pool, ws);
+}
 
-    // Long batches run through all layers in passes of at most k_pass_tokens tokens:
-    // the same bits as one pass (a token's result never depends on its batch), with
-    // scratch memory bounded by the pass instead of the batch (9 MB less at 512 tokens
-    // on bench-200m, whose workspace is 36 KB per token). Each pass still reuses every
-    // weight block across its tokens; more passes only re-read the weights (passes of
-    // 256 tokens cost about 3% of prefill speed on bench-200m, passes of 128 about 9%).
-    for (int64_t p0 = 0; p0 < n_tokens; p0 += k_pass_tokens) {
-        forward_pass(x + p0 * hp.n_embd, std::min(k_pass_tokens, n_tokens - p0), pos_start + p0, kv, pool, ws);
+status model_slice::forward_batch(float * x, std::span<const sequence_span> spans, kernels::thread_pool * pool,
+                                  forward_workspace & ws) const {
+    const model_hparams & hp = hparams_;
+    int64_t n_rows = 0;
+    std::vector<const kv_sequence *> seen;
+    const kv_geometry * geometry = nullptr;
+    for (const sequence_span & s : spans) {
+        if (!s.kv || s.n_tokens < 0 || s.pos_start < 0) {
+            return make_error(error_code::invalid_argument, "a sequence span needs a KV, a position >= 0 and a token count >= 0");
+        }
+        if (s.kv->n_tokens() < s.pos_start) {
+            return make_error(error_code::invalid_argument, "KV holds " + std::to_string(s.kv->n_tokens()) +
+                                                                " positions, cannot continue at " + std::to_string(s.pos_start));
+        }
+        const kv_geometry & g = s.kv->pool().geometry();
+        if (g.n_layers != range_.size() || g.kv_dim != hp.kv_dim() || (geometry && (g.block_tokens != geometry->block_tokens ||
+                                                                                    g.dtype != geometry->dtype))) {
+            return make_error(error_code::invalid_argument, "a sequence span's KV does not have this slice's geometry");
+        }
+        geometry = &g;
+        seen.push_back(s.kv);
+        n_rows += s.n_tokens;
+    }
+    std::sort(seen.begin(), seen.end());
+    if (std::adjacent_find(seen.begin(), seen.end()) != seen.end()) {
+        return make_error(error_code::invalid_argument, "two sequence spans of one batch share a KV");
+    }
+    if (n_rows == 0) return status::ok();
+
+    for (size_t i = 0; i < spans.size(); ++i) {
+        if (spans[i].n_tokens == 0) continue;
+        status st = spans[i].kv->prepare_write(spans[i].pos_start, spans[i].n_tokens);
+        if (!st.is_ok()) {
+            for (size_t j = 0; j < i; ++j) spans[j].kv->truncate(spans[j].pos_start);
+            return st;
+        }
+    }
+    ws.rows.clear();
+    for (const sequence_span & s : spans) {
+        for (int64_t t = 0; t < s.n_tokens; ++t) ws.rows.push_back({s.kv, s.pos_start + t});
+    }
+
+    // Long batches run through all layers in passes of at most k_pass_tokens rows: the
+    // same bits as one pass (a row's result never depends on its batch; a later pass
+    // finds the K/V of every earlier row of its sequence, written in all layers by the
+    // passes before), with scratch memory bounded by the pass instead of the batch
+    // (9 MB less at 512 tokens on bench-200m, whose workspace is 36 KB per token). Each
+    // pass still reuses every weight block across its rows; more passes only re-read
+    // the weights (passes of 256 tokens cost about 3% of prefill speed on bench-200m,
+    // passes of 128 about 9%).
+    const std::span<const forward_workspace::row_ref> rows(ws.rows);  // forward_pass leaves ws.rows alone
+    for (int64_t r0 = 0; r0 < n_rows; r0 += k_pass_tokens) {
+        const int64_t n = std::min(k_pass_tokens, n_rows - r0);
+        forward_pass(x + r0 * hp.n_embd, rows.subspan(static_cast<size_t>(r0), static_cast<size_t>(n)), pool, ws);
     }
     return status::ok();
 }
 
-void model_slice::forward_pass(float * x, int64_t n_tokens, int64_t pos_start, kv_sequence & kv,
-                               kernels::thread_pool * pool, forward_workspace & ws) const {
+void model_slice::forward_pass(float * x, std::span<const forward_workspace::row_ref> rows, kernels::thread_pool * pool,
+                               forward_workspace & ws) const {
     const model_hparams & hp = hparams_;
-    const int64_t n_embd = hp.n_embd, q_dim = hp.q_dim(), kv_dim = hp.kv_dim(), n_ff = hp.n_ff;
-    const size_t nt = static_cast<size_t>(n_tokens);
-    ws.cur.resize(nt * static_cast<size_t>(std::max(n_embd, q_dim)));
-    ws.q.resize(nt * static_cast<size_t>(q_dim));
-    ws.k.resize(nt * static_cast<size_t>(kv_dim));
-    ws.v.resize(nt * static_cast<size_t>(kv_dim));
-    ws.attn.resize(nt * static_cast<size_t>(std::max(q_dim, n_embd)));
-    ws.gate.resize(nt * static_cast<size_t>(n_ff));
-    ws.up.resize(nt * static_cast<size_t>(n_ff));
+    const bound_layers & bl = *layers_;
+    const int64_t n = static_cast<int64_t>(rows.size());
+    blocks::reserve_workspace(ws, hp, n);
 
-    const int32_t half_rot = hp.n_rot / 2;
-    std::vector<float> rope_cos(nt * static_cast<size_t>(half_rot)), rope_sin(rope_cos.size());
-    for (int64_t t = 0; t < n_tokens; ++t) {
-        rope_table(hp, pos_start + t, &rope_cos[static_cast<size_t>(t * half_rot)], &rope_sin[static_cast<size_t>(t * half_rot)]);
+    // cos/sin of every row for each rope variant the slice's layers use.
+    int32_t half = 0;
+    for (const auto & v : bl.ropes) half = std::max(half, v.params.n_rot / 2);
+    const size_t per_variant = static_cast<size_t>(n) * static_cast<size_t>(half);
+    ws.rope_cos.resize(bl.ropes.size() * per_variant);
+    ws.rope_sin.resize(ws.rope_cos.size());
+    std::vector<rope_table> tables(bl.ropes.size());
+    for (size_t vi = 0; vi < bl.ropes.size(); ++vi) {
+        const bool used = std::any_of(bl.layers.begin(), bl.layers.end(),
+                                      [&](const layer_weights & lw) { return lw.rope_variant == static_cast<int32_t>(vi); });
+        if (!used) continue;
+        float * c = ws.rope_cos.data() + vi * per_variant;
+        float * s = ws.rope_sin.data() + vi * per_variant;
+        for (int64_t t = 0; t < n; ++t) blocks::rope_angles(bl.ropes[vi], rows[static_cast<size_t>(t)].pos, c + t * half, s + t * half);
+        tables[vi] = rope_table{&bl.ropes[vi].params, c, s, half};
     }
-    const kv_dtype dt = kv.pool().geometry().dtype;
 
     for (int32_t il = 0; il < range_.size(); ++il) {
-        const layer_weights & lw = layers_[static_cast<size_t>(il)];
-
-        // attention block
-        run_token_chunks(pool, n_tokens, [&](int64_t t0, int64_t t1) {
-            for (int64_t t = t0; t < t1; ++t) rms_norm(x + t * n_embd, lw.attn_norm, n_embd, hp.rms_eps, ws.cur.data() + t * n_embd);
-        });
-        const kernels::matmul_output qkv[] = {{lw.wq, ws.q.data()}, {lw.wk, ws.k.data()}, {lw.wv, ws.v.data()}};
-        kernels::matmul_many(qkv, ws.cur.data(), n_tokens, pool);
-        run_token_chunks(pool, n_tokens, [&](int64_t t0, int64_t t1) {
-            for (int64_t t = t0; t < t1; ++t) {
-                float * qt = ws.q.data() + t * q_dim;
-                float * kt = ws.k.data() + t * kv_dim;
-                float * vt = ws.v.data() + t * kv_dim;
-                if (lw.bq) {
-                    for (int64_t i = 0; i < q_dim; ++i) qt[i] += lw.bq[i];
-                    for (int64_t i = 0; i < kv_dim; ++i) kt[i] += lw.bk[i];
-                    for (int64_t i = 0; i < kv_dim; ++i) vt[i] += lw.bv[i];
-                }
-                const float * c = &rope_cos[static_cast<size_t>(t * half_rot)];
-                const float * s = &rope_sin[static_cast<size_t>(t * half_rot)];
-                for (int32_t h = 0; h < hp.n_head; ++h) apply_rope(hp, qt + h * hp.head_dim, c, s);
-                for (int32_t h = 0; h < hp.n_head_kv; ++h) apply_rope(hp, kt + h * hp.head_dim, c, s);
-                store_kv(kv.k_row(il, pos_start + t), kt, kv_dim, dt);
-                store_kv(kv.v_row(il, pos_start + t), vt, kv_dim, dt);
-            }
-        });
-        attention(il, ws.q.data(), n_tokens, pos_start, kv, ws.attn.data(), pool);
-        kernels::matmul(lw.wo, ws.attn.data(), n_tokens, ws.cur.data(), pool);
-
-        // feed-forward block (SwiGLU), after the attention residual
-        run_token_chunks(pool, n_tokens, [&](int64_t t0, int64_t t1) {
-            for (int64_t t = t0; t < t1; ++t) {
-                float * xt = x + t * n_embd;
-                const float * a = ws.cur.data() + t * n_embd;
-                for (int64_t i = 0; i < n_embd; ++i) xt[i] += a[i];
-            }
-            // Reads x rows [t0, t1) only, and writes cur rows [t0, t1) after reading them.
-            for (int64_t t = t0; t < t1; ++t) rms_norm(x + t * n_embd, lw.ffn_norm, n_embd, hp.rms_eps, ws.cur.data() + t * n_embd);
-        });
-        const kernels::matmul_output gate_up[] = {{lw.ffn_gate, ws.gate.data()}, {lw.ffn_up, ws.up.data()}};
-        kernels::matmul_many(gate_up, ws.cur.data(), n_tokens, pool);
-        run_token_chunks(pool, n_tokens, [&](int64_t t0, int64_t t1) {
-            float * g = ws.gate.data() + t0 * n_ff;
-            kernels::swiglu(g, ws.up.data() + t0 * n_ff, g, (t1 - t0) * n_ff);
-        });
-        kernels::matmul(lw.ffn_down, ws.gate.data(), n_tokens, ws.attn.data(), pool);
-        run_token_chunks(pool, n_tokens, [&](int64_t t0, int64_t t1) {
-            for (size_t i = static_cast<size_t>(t0 * n_embd); i < static_cast<size_t>(t1 * n_embd); ++i) x[i] += ws.attn[i];
-        });
+        const layer_weights & lw = bl.layers[static_cast<size_t>(il)];
+        const layer_pass p{hp, il, x, n, rows, tables[static_cast<size_t>(lw.rope_variant)], ws, pool};
+        bl.family->forward_layer(p, lw);
     }
-}
-
-// out[t, h*head_dim ...] = softmax(q_t,h . K / sqrt(head_dim)) V over keys [0, pos_t].
-// Keys are reduced in KV blocks, in order, with a running max and sum (online
-// softmax): the result for a query depends only on its own position and the stored
-// K/V, so chunking cannot change it. Memory is linear in the sequence: one block of
-// scores per head at a time.
-//
-// One task per (token, KV head) serves the query heads that share the KV head
-// (grouped-query attention), so each K block is read once for all of them; when that
-// gives too few tasks for the threads (decode with few KV heads), the heads of a group
-// are split over several tasks. Per head:
-// the query is converted once to the KV element type (with an f16 KV it is rounded to
-// f16, as the reference converts it to the K type); each score is the kernels' F16 /
-// F32 dot product (kernels::dot_rows: eight partial sums, fixed combination); then,
-// for each key in order, running_sum += w, and acc[i] = acc[i] + w * v[i] (rounded
-// product, rounded sum; kernels::add_scaled_rows). Which heads share a task does not
-// change any operation.
-void model_slice::attention(int32_t il, const float * q, int64_t n_tokens, int64_t pos_start, const kv_sequence & kv,
-                            float * out, kernels::thread_pool * pool) const {
-    const model_hparams & hp = hparams_;
-    const int32_t hd = hp.head_dim;
-    const int32_t group = hp.n_head / hp.n_head_kv;
-    const int32_t bt = kv.pool().geometry().block_tokens;
-    const kv_dtype dt = kv.pool().geometry().dtype;
-    const tensor_type kv_type = dt == kv_dtype::f16 ? tensor_type::f16 : tensor_type::f32;
-    const size_t row_bytes_kv = kv.pool().geometry().row_bytes();
-    const size_t elem = kv.pool().geometry().elem_bytes();
-    const size_t q_row_bytes = static_cast<size_t>(hd) * elem;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-
-    // Tasks per (token, KV head): 1, or more when the threads would otherwise idle.
-    const int64_t n_threads = pool ? pool->n_threads() : 1;
-    int32_t n_splits = 1;
-    while (n_tokens * hp.n_head_kv * n_splits < 2 * n_threads && group % (2 * n_splits) == 0) n_splits *= 2;
-    const int32_t heads_per_task = group / n_splits;
-
-    run_tasks(pool, n_tokens * hp.n_head_kv * n_splits, [&](int64_t task) {
-        const int64_t t = task / (hp.n_head_kv * n_splits);
-        const int32_t hk = static_cast<int32_t>(task / n_splits % hp.n_head_kv);
-        const int32_t h0 = hk * group + static_cast<int32_t>(task % n_splits) * heads_per_task;  // first query head
-        const int64_t pos = pos_start + t;
-        const size_t g_hd = static_cast<size_t>(heads_per_task) * static_cast<size_t>(hd);
-        // Scratch reused across tasks and calls (grows once).
-        thread_local std::vector<uint8_t> qx;
-        thread_local std::vector<float> acc, scores, running_max, running_sum;
-        acc.assign(g_hd, 0.0f);
-        scores.resize(static_cast<size_t>(heads_per_task) * static_cast<size_t>(bt));
-        running_max.assign(static_cast<size_t>(heads_per_task), -INFINITY);
-        running_sum.assign(static_cast<size_t>(heads_per_task), 0.0f);
-
-        // The task's query heads are consecutive in q.
-        const float * q_group = q + t * hp.q_dim() + static_cast<int64_t>(h0) * hd;
-        const uint8_t * q_rows = reinterpret_cast<const uint8_t *>(q_group);
-        if (kv_type == tensor_type::f16) {
-            qx.resize(g_hd * 2);
-            kernels::quantize_row(tensor_type::f16, q_group, qx.data(), static_cast<int64_t>(g_hd));
-            q_rows = qx.data();
-        }
-
-        const int64_t n_blocks = pos / bt + 1;
-        for (int64_t b = 0; b < n_blocks; ++b) {
-            const kv_block_id id = kv.blocks()[static_cast<size_t>(b)];
-            const uint8_t * kbase = kv.pool().k_rows(id, il) + static_cast<size_t>(hk) * q_row_bytes;
-            const uint8_t * vbase = kv.pool().v_rows(id, il) + static_cast<size_t>(hk) * q_row_bytes;
-            const int32_t n_keys = static_cast<int32_t>(std::min<int64_t>(bt, pos + 1 - b * bt));
-            // scores[g * bt + j] = q_g . k_j
-            kernels::dot_rows(kv_type, kbase, row_bytes_kv, n_keys, q_rows, q_row_bytes, heads_per_task, hd, scores.data(), bt);
-            for (int32_t g = 0; g < heads_per_task; ++g) {
-                float * sg = scores.data() + static_cast<size_t>(g) * static_cast<size_t>(bt);
-                float * ag = acc.data() + static_cast<size_t>(g) * static_cast<size_t>(hd);
-                float block_max = -INFINITY;
-                for (int32_t j = 0; j < n_keys; ++j) {
-                    sg[j] = sg[j] * scale;
-                    block_max = std::max(block_max, sg[j]);
-                }
-                const float new_max = std::max(running_max[static_cast<size_t>(g)], block_max);
-                float correction = 0.0f;  // exp(-inf) = 0 on the first block
-                kernels::exp_shifted(&running_max[static_cast<size_t>(g)], new_max, &correction, 1);
-                running_sum[static_cast<size_t>(g)] *= correction;
-                for (int32_t i = 0; i < hd; ++i) ag[i] *= correction;
-                kernels::exp_shifted(sg, new_max, sg, n_keys);  // the keys' weights w_j
-                for (int32_t j = 0; j < n_keys; ++j) running_sum[static_cast<size_t>(g)] += sg[j];
-                // acc[i] = acc[i] + w_j * v_j[i] for j in order
-                kernels::add_scaled_rows(kv_type, sg, vbase, row_bytes_kv, n_keys, ag, hd);
-                running_max[static_cast<size_t>(g)] = new_max;
-            }
-        }
-        for (int32_t g = 0; g < heads_per_task; ++g) {
-            float * o = out + t * hp.q_dim() + static_cast<int64_t>(h0 + g) * hd;
-            const float * ag = acc.data() + static_cast<size_t>(g) * static_cast<size_t>(hd);
-            const float inv = 1.0f / running_sum[static_cast<size_t>(g)];
-            for (int32_t i = 0; i < hd; ++i) o[i] = ag[i] * inv;
-        }
-    });
 }
 
 void model_slice::head(const float * x, int64_t n_rows, float * logits, kernels::thread_pool * pool,
                        forward_workspace & ws) const {
     const int64_t n_embd = hparams_.n_embd;
     ws.cur.resize(static_cast<size_t>(n_rows * n_embd));
-    for (int64_t r = 0; r < n_rows; ++r) rms_norm(x + r * n_embd, output_norm_, n_embd, hparams_.rms_eps, ws.cur.data() + r * n_embd);
+    for (int64_t r = 0; r < n_rows; ++r) {
+        blocks::rms_norm(x + r * n_embd, output_norm_, n_embd, hparams_.rms_eps, ws.cur.data() + r * n_embd);
+    }
     kernels::matmul(output_, ws.cur.data(), n_rows, logits, pool);
+    if (hparams_.final_logit_softcap > 0) {
+        const float cap = hparams_.final_logit_softcap;
+        for (int64_t i = 0; i < n_rows * hparams_.n_vocab; ++i) logits[i] = std::tanh(logits[i] / cap) * cap;
+    }
 }
 
 }  // namespace skippy

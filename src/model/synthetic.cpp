@@ -87,6 +87,30 @@ void add_generated_vocab(gguf::writer & w, int32_t n_vocab) {
     w.set("tokenizer.ggml.add_bos_token", gguf::value::make_bool(true));
 }
 
+// rope_freqs.weight as Llama 3.1's converter computes it (factor 8, low/high frequency
+// factors 1 and 4, original context 8192): pairs of short wavelength keep their
+// frequency, long ones are divided by 8, the band between is interpolated smoothly.
+void add_llama3_rope_factors(gguf::writer & w, int32_t n_rot, float freq_base) {
+    constexpr double factor = 8, low_freq_factor = 1, high_freq_factor = 4, n_ctx_orig = 8192;
+    const double low_freq_wavelen = n_ctx_orig / low_freq_factor, high_freq_wavelen = n_ctx_orig / high_freq_factor;
+    std::vector<uint8_t> out;
+    for (int32_t i = 0; i < n_rot / 2; ++i) {
+        const double freq = std::pow(static_cast<double>(freq_base), -2.0 * i / n_rot);
+        const double wavelen = 2 * 3.14159265358979323846 / freq;
+        double f = 1;
+        if (wavelen > low_freq_wavelen) {
+            f = factor;
+        } else if (wavelen >= high_freq_wavelen) {
+            const double smooth = (n_ctx_orig / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+            f = 1 / ((1 - smooth) / factor + smooth);
+        }
+        const float v = static_cast<float>(f);
+        const auto * bytes = reinterpret_cast<const uint8_t *>(&v);
+        out.insert(out.end(), bytes, bytes + 4);
+    }
+    w.add_tensor("rope_freqs.weight", {n_rot / 2}, tensor_type::f32, std::move(out));
+}
+
 }  // namespace
 
 std::optional<synthetic_model_options> synthetic_preset(const std::string & name) {
@@ -104,23 +128,41 @@ std::optional<synthetic_model_options> synthetic_preset(const std::string & name
     return std::nullopt;
 }
 
+const char * synthetic_arch_names() { return "llama, llama3, qwen2, qwen3, gemma3, phi3"; }
+
 result<gguf::writer> build_synthetic_model(const synthetic_model_options & o) {
     auto bad = [](const std::string & msg) { return make_error(error_code::invalid_argument, msg); };
-    if (o.arch != "llama" && o.arch != "qwen2") return bad("--arch must be llama or qwen2");
+    const std::string & a = o.arch;
+    if (a != "llama" && a != "llama3" && a != "qwen2" && a != "qwen3" && a != "gemma3" && a != "phi3") {
+        return bad(std::string("--arch must be one of ") + synthetic_arch_names());
+    }
     if (o.n_embd < 1 || o.n_layer < 1 || o.n_head < 1 || o.n_head_kv < 1 || o.n_ff < 1) return bad("model dimensions must be positive");
     if (o.n_embd > 65536 || o.n_ff > 1 << 20 || o.n_layer > 1024 || o.n_vocab > 1 << 22) return bad("model dimensions are too large");
-    if (o.n_embd % o.n_head != 0) return bad("--n-embd must be a multiple of --n-head");
+    if (o.head_dim < 0 || o.head_dim > 4096 || o.sliding_window < 0) return bad("head size and sliding window must be in range");
+    if (o.head_dim == 0 && o.n_embd % o.n_head != 0) return bad("--n-embd must be a multiple of --n-head");
     if (o.n_head % o.n_head_kv != 0) return bad("--n-head must be a multiple of --n-head-kv");
-    if ((o.n_embd / o.n_head) % 2 != 0) return bad("the head dimension (n_embd / n_head) must be even");
+    const int32_t head_dim = o.head_dim > 0 ? o.head_dim : (a == "qwen3" ? 2 : 1) * (o.n_embd / o.n_head);
+    if (head_dim % 2 != 0) return bad("the head dimension must be even");
+
+    // What each family writes beyond llama's tensors (docs/model.md).
+    const std::string gguf_arch = a == "llama3" ? "llama" : a;
+    const bool qkv_bias = a == "qwen2";
+    const bool qk_norm = a == "qwen3" || a == "gemma3";
+    const bool post_norms = a == "gemma3";
+    const bool fused = a == "phi3";           // attn_qkv and a gate/up ffn_up
+    const bool tied = a == "qwen3" || a == "gemma3";
+    const bool own_head_dim = a == "qwen3" || a == "gemma3";  // writes attention.key_length
 
     SKIPPY_ASSIGN_OR_RETURN(quant_mix mix, parse_quant_mix(o.type));
-    const tensor_type base_type = mix.base_type;
-    const int64_t block = get_tensor_type_traits(static_cast<uint32_t>(base_type))->block_elems;
-    const int32_t q_dim = o.n_embd, kv_dim = o.n_head_kv * (o.n_embd / o.n_head);
+    const int32_t q_dim = o.n_head * head_dim, kv_dim = o.n_head_kv * head_dim;
+    if (!own_head_dim && q_dim != o.n_embd) return bad("--arch " + a + " needs n_head * head size == n_embd");
     gguf::writer w;
     int32_t n_vocab = o.n_vocab;
-    const std::string p = o.arch + ".";
-    w.set("general.architecture", gguf::value::make_string(o.arch));
+    const std::string p = gguf_arch + ".";
+    float freq_base = 10000.0f;
+    if (a == "qwen2" || a == "qwen3" || a == "gemma3") freq_base = 1000000.0f;
+    if (a == "llama3") freq_base = 500000.0f;
+    w.set("general.architecture", gguf::value::make_string(gguf_arch));
     w.set("general.name", gguf::value::make_string(o.name));
     w.set(p + "context_length", gguf::value::make_u32(static_cast<uint32_t>(o.n_ctx)));
     w.set(p + "embedding_length", gguf::value::make_u32(static_cast<uint32_t>(o.n_embd)));
@@ -128,9 +170,22 @@ result<gguf::writer> build_synthetic_model(const synthetic_model_options & o) {
     w.set(p + "block_count", gguf::value::make_u32(static_cast<uint32_t>(o.n_layer)));
     w.set(p + "attention.head_count", gguf::value::make_u32(static_cast<uint32_t>(o.n_head)));
     w.set(p + "attention.head_count_kv", gguf::value::make_u32(static_cast<uint32_t>(o.n_head_kv)));
-    w.set(p + "attention.layer_norm_rms_epsilon", gguf::value::make_f32(1e-5f));
-    w.set(p + "rope.freq_base", gguf::value::make_f32(o.arch == "qwen2" ? 1000000.0f : 10000.0f));
+    w.set(p + "attention.layer_norm_rms_epsilon", gguf::value::make_f32(a == "gemma3" || a == "qwen3" ? 1e-6f : 1e-5f));
+    w.set(p + "rope.freq_base", gguf::value::make_f32(freq_base));
+    if (own_head_dim) {
+        w.set(p + "attention.key_length", gguf::value::make_u32(static_cast<uint32_t>(head_dim)));
+        w.set(p + "attention.value_length", gguf::value::make_u32(static_cast<uint32_t>(head_dim)));
+    }
+    if (a == "gemma3") {
+        w.set(p + "rope.freq_base_swa", gguf::value::make_f32(10000.0f));
+        w.set(p + "attention.sliding_window", gguf::value::make_u32(static_cast<uint32_t>(o.sliding_window > 0 ? o.sliding_window : 16)));
+    }
+    if (a == "phi3") {
+        w.set(p + "rope.scaling.original_context_length", gguf::value::make_u32(static_cast<uint32_t>(o.n_ctx)));
+        w.set(p + "attention.sliding_window", gguf::value::make_u32(2047));  // as the converter writes it; ignored
+    }
     w.set("general.file_type", gguf::value::make_u32(mix.file_type));
+    const int64_t block = get_tensor_type_traits(static_cast<uint32_t>(mix.base_type))->block_elems;
     if (block > 1) w.set("general.quantization_version", gguf::value::make_u32(2));
 
     if (o.vocab_from) {
@@ -149,10 +204,11 @@ result<gguf::writer> build_synthetic_model(const synthetic_model_options & o) {
     rng r{o.seed * 0x2545f4914f6cdd1dull + 1};
     const float amp_embd = 1.0f;
     const float amp_in = std::sqrt(3.0f / static_cast<float>(o.n_embd));  // unit variance after the product
+    const float amp_q = std::sqrt(3.0f / static_cast<float>(q_dim));
     const float amp_ff = std::sqrt(3.0f / static_cast<float>(o.n_ff));
     // One random matrix of the type the mix gives that tensor.
     auto add_matrix = [&](const std::string & name, int32_t il, int64_t n_cols, int64_t n_rows, float amplitude) -> status {
-        const tensor_type t = type_for_weight(mix, weight_slot{name, il, o.n_layer, n_cols});
+        const tensor_type t = type_for_weight(mix, weight_slot{name, il, o.n_layer, n_cols, o.n_head / o.n_head_kv});
         const int64_t block_elems = get_tensor_type_traits(static_cast<uint32_t>(t))->block_elems;
         if (n_cols % block_elems != 0) {
             return bad("--n-embd and --n-ff must be multiples of " + std::to_string(block_elems) + " for type " + o.type +
@@ -161,25 +217,43 @@ result<gguf::writer> build_synthetic_model(const synthetic_model_options & o) {
         w.add_tensor(name, {n_cols, n_rows}, t, random_tensor(r, t, n_cols, n_rows, amplitude));
         return status::ok();
     };
+    auto add_norm = [&](const std::string & name, int64_t n) {
+        w.add_tensor(name, {n}, tensor_type::f32, f32_vector(r, n, 1.0f, 0.1f));
+    };
     SKIPPY_TRY(add_matrix("token_embd.weight", -1, o.n_embd, n_vocab, amp_embd));
-    w.add_tensor("output_norm.weight", {o.n_embd}, tensor_type::f32, f32_vector(r, o.n_embd, 1.0f, 0.1f));
-    SKIPPY_TRY(add_matrix("output.weight", -1, o.n_embd, n_vocab, amp_in));
+    add_norm("output_norm.weight", o.n_embd);
+    if (!tied) SKIPPY_TRY(add_matrix("output.weight", -1, o.n_embd, n_vocab, amp_in));
+    if (a == "llama3") add_llama3_rope_factors(w, head_dim, freq_base);
     for (int32_t il = 0; il < o.n_layer; ++il) {
         const std::string b = "blk." + std::to_string(il) + ".";
-        w.add_tensor(b + "attn_norm.weight", {o.n_embd}, tensor_type::f32, f32_vector(r, o.n_embd, 1.0f, 0.1f));
-        SKIPPY_TRY(add_matrix(b + "attn_q.weight", il, o.n_embd, q_dim, amp_in));
-        SKIPPY_TRY(add_matrix(b + "attn_k.weight", il, o.n_embd, kv_dim, amp_in));
-        SKIPPY_TRY(add_matrix(b + "attn_v.weight", il, o.n_embd, kv_dim, amp_in));
-        if (o.arch == "qwen2") {
+        add_norm(b + "attn_norm.weight", o.n_embd);
+        if (fused) {
+            SKIPPY_TRY(add_matrix(b + "attn_qkv.weight", il, o.n_embd, q_dim + 2 * kv_dim, amp_in));
+        } else {
+            SKIPPY_TRY(add_matrix(b + "attn_q.weight", il, o.n_embd, q_dim, amp_in));
+            SKIPPY_TRY(add_matrix(b + "attn_k.weight", il, o.n_embd, kv_dim, amp_in));
+            SKIPPY_TRY(add_matrix(b + "attn_v.weight", il, o.n_embd, kv_dim, amp_in));
+        }
+        if (qkv_bias) {
             w.add_tensor(b + "attn_q.bias", {q_dim}, tensor_type::f32, f32_vector(r, q_dim, 0.0f, 0.1f));
             w.add_tensor(b + "attn_k.bias", {kv_dim}, tensor_type::f32, f32_vector(r, kv_dim, 0.0f, 0.1f));
             w.add_tensor(b + "attn_v.bias", {kv_dim}, tensor_type::f32, f32_vector(r, kv_dim, 0.0f, 0.1f));
         }
-        SKIPPY_TRY(add_matrix(b + "attn_output.weight", il, q_dim, o.n_embd, amp_in));
-        w.add_tensor(b + "ffn_norm.weight", {o.n_embd}, tensor_type::f32, f32_vector(r, o.n_embd, 1.0f, 0.1f));
-        SKIPPY_TRY(add_matrix(b + "ffn_gate.weight", il, o.n_embd, o.n_ff, amp_in));
-        SKIPPY_TRY(add_matrix(b + "ffn_up.weight", il, o.n_embd, o.n_ff, amp_in));
+        if (qk_norm) {
+            add_norm(b + "attn_q_norm.weight", head_dim);
+            add_norm(b + "attn_k_norm.weight", head_dim);
+        }
+        SKIPPY_TRY(add_matrix(b + "attn_output.weight", il, q_dim, o.n_embd, q_dim == o.n_embd ? amp_in : amp_q));
+        if (post_norms) add_norm(b + "post_attention_norm.weight", o.n_embd);
+        add_norm(b + "ffn_norm.weight", o.n_embd);
+        if (fused) {
+            SKIPPY_TRY(add_matrix(b + "ffn_up.weight", il, o.n_embd, 2 * o.n_ff, amp_in));
+        } else {
+            SKIPPY_TRY(add_matrix(b + "ffn_gate.weight", il, o.n_embd, o.n_ff, amp_in));
+            SKIPPY_TRY(add_matrix(b + "ffn_up.weight", il, o.n_embd, o.n_ff, amp_in));
+        }
         SKIPPY_TRY(add_matrix(b + "ffn_down.weight", il, o.n_ff, o.n_embd, amp_ff));
+        if (post_norms) add_norm(b + "post_ffw_norm.weight", o.n_embd);
     }
     return w;
 }

@@ -20,7 +20,7 @@ status local_pipeline::check_lane(int32_t lane) const {
 
 status local_pipeline::begin(int32_t lane, const sampling_config & sampling, std::span<const token_id>, std::string_view) {
     SKIPPY_TRY(check_lane(lane));
-    SKIPPY_TRY(sampling.validate());
+    SKIPPY_TRY(sampling.validate(n_vocab()));
     stage_->truncate_lane(lane, 0);
     lanes_.samplers[static_cast<size_t>(lane)] = std::make_unique<lane_sampler>(sampling);
     return status::ok();

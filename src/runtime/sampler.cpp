@@ -7,21 +7,35 @@
 namespace skippy {
 
 status sampling_config::validate() const {
-    auto bad = [](const char * field, const char * why) {
+    using b = sampling_bounds;
+    auto bad = [](const char * field, const std::string & why) {
         return make_error(error_code::invalid_argument, std::string(field) + " " + why);
     };
-    if (!std::isfinite(temperature)) return bad("temperature", "must be finite");
+    auto in = [](float v, float lo, float hi) { return std::isfinite(v) && v >= lo && v <= hi; };
+    if (!in(temperature, 0.0f, b::max_temperature)) return bad("temperature", "must be in [0, 100]");
+    if (top_k < 0 || top_k > b::max_top_k) return bad("top_k", "must be in [0, 16777216]");
     if (!(top_p > 0.0f && top_p <= 1.0f)) return bad("top_p", "must be in (0, 1]");
     if (!(min_p >= 0.0f && min_p <= 1.0f)) return bad("min_p", "must be in [0, 1]");
-    if (!(repeat_penalty > 0.0f) || !std::isfinite(repeat_penalty)) return bad("repeat_penalty", "must be a positive number");
-    if (!std::isfinite(presence_penalty)) return bad("presence_penalty", "must be finite");
-    if (!std::isfinite(frequency_penalty)) return bad("frequency_penalty", "must be finite");
-    if (penalty_last_n < 0) return bad("penalty_last_n", "must be >= 0");
+    if (!in(repeat_penalty, b::min_repeat_penalty, b::max_repeat_penalty)) return bad("repeat_penalty", "must be in [0.01, 100]");
+    if (!in(presence_penalty, -b::max_abs_penalty, b::max_abs_penalty)) return bad("presence_penalty", "must be in [-2, 2]");
+    if (!in(frequency_penalty, -b::max_abs_penalty, b::max_abs_penalty)) return bad("frequency_penalty", "must be in [-2, 2]");
+    if (penalty_last_n < 0 || penalty_last_n > b::max_penalty_last_n) return bad("penalty_last_n", "must be in [0, 1048576]");
     for (const auto & [id, bias] : logit_bias) {
         if (id < 0) return bad("logit_bias", "has a negative token id");
         // Finite, as the wire requires (docs/protocol.md): a config valid in one process
         // must be valid on a chain. A large negative bias bans a token just as well.
         if (!std::isfinite(bias)) return bad("logit_bias", "has a bias that is not finite");
+    }
+    return status::ok();
+}
+
+status sampling_config::validate(int32_t n_vocab) const {
+    SKIPPY_TRY(validate());
+    for (const auto & [id, bias] : logit_bias) {
+        if (id >= n_vocab) {
+            return make_error(error_code::invalid_argument, "logit_bias token id " + std::to_string(id) +
+                                                                " is outside the vocabulary [0, " + std::to_string(n_vocab) + ")");
+        }
     }
     return status::ok();
 }
@@ -48,6 +62,18 @@ void sampler::set_history(std::span<const token_id> sequence) {
     if (config_.penalty_last_n <= 0) return;
     const size_t n = std::min(sequence.size(), static_cast<size_t>(config_.penalty_last_n));
     recent_.assign(sequence.end() - static_cast<std::ptrdiff_t>(n), sequence.end());
+}
+
+result<token_id> sampler::sample_finite(std::span<float> logits) {
+    for (size_t i = 0; i < logits.size(); ++i) {
+        if (!std::isfinite(logits[i])) {
+            return make_error(error_code::runtime, "the model computed a logit that is not finite (" +
+                                                       std::string(std::isnan(logits[i]) ? "NaN" : "infinite") +
+                                                       " for token " + std::to_string(i) +
+                                                       "): its weights or activations are broken");
+        }
+    }
+    return sample(logits);
 }
 
 token_id sampler::sample(std::span<float> logits) {

@@ -19,6 +19,23 @@ namespace skippy {
 
 using token_id = int32_t;
 
+// The range of every sampling field: what the HTTP front end and the CLI accept, and
+// what sampling_config::validate() (run by stage 0 and by the final stage when a
+// configuration arrives on the wire) enforces. One set of bounds, so that a request is
+// accepted or refused alike on every topology (docs/http-api.md).
+struct sampling_bounds {
+    static constexpr float   max_temperature = 100.0f;     // temperature in [0, 100]; 0: greedy
+    static constexpr int32_t max_top_k = 1 << 24;          // top_k in [0, 2^24]; 0: off
+    // top_p in (0, 1]; min_p in [0, 1]
+    static constexpr float   min_repeat_penalty = 0.01f;   // repeat_penalty in [0.01, 100]; 1: off
+    static constexpr float   max_repeat_penalty = 100.0f;
+    static constexpr float   max_abs_penalty = 2.0f;       // presence_penalty, frequency_penalty in [-2, 2]
+    static constexpr int32_t max_penalty_last_n = 1 << 20; // penalty_last_n in [0, 2^20]
+    // Each logit_bias value in [-100, 100] (OpenAI's range), checked by the front ends;
+    // validate() asks only for a finite value (a peer may ban a token with any bias).
+    static constexpr float   max_abs_logit_bias = 100.0f;
+};
+
 struct sampling_config {
     float    temperature = 0.8f;   // <= 0: greedy
     int32_t  top_k = 40;           // <= 0: off
@@ -32,8 +49,11 @@ struct sampling_config {
     std::vector<std::pair<token_id, float>> logit_bias;  // added to a token's logit
 
     bool greedy() const { return temperature <= 0.0f; }
-    // Checks ranges (finite values, top_p in (0, 1], ...); an error names the field.
+    // Checks every field against sampling_bounds (and that every value is finite and
+    // every logit_bias id >= 0): invalid_argument naming the field.
     status validate() const;
+    // validate(), and every logit_bias id below n_vocab (the model's vocabulary).
+    status validate(int32_t n_vocab) const;
 };
 
 class sampler {
@@ -42,6 +62,11 @@ public:
 
     // Picks the next token from logits[n_vocab] (modified in place).
     token_id sample(std::span<float> logits);
+    // sample(), unless a logit is NaN or infinite (the model's weights or activations
+    // are broken): then `runtime`, naming the first such token, and nothing is drawn.
+    // Every topology's final stage samples through this, so a broken model fails the
+    // request alike everywhere instead of "sampling" token 0.
+    result<token_id> sample_finite(std::span<float> logits);
     // Records a token (prompt or generated) in the penalty window.
     void accept(token_id id);
     // Replaces the penalty window with the last penalty_last_n tokens of `sequence`

@@ -38,8 +38,8 @@ result<std::unique_ptr<stage>> stage::load(std::shared_ptr<const gguf::file> fil
     }
     auto s = std::unique_ptr<stage>(new stage());
     s->file_ = file;
-    SKIPPY_ASSIGN_OR_RETURN(s->slice_, model_slice::bind(file, range));
     s->ctx_size_ = options.ctx_size > 0 ? options.ctx_size : std::min(hp.n_ctx_train, 4096);
+    SKIPPY_ASSIGN_OR_RETURN(s->slice_, model_slice::bind(file, range, {s->ctx_size_}));
     const int32_t n_threads = options.n_threads > 0 ? options.n_threads : physical_core_count();
     s->pool_ = options.shared_pool ? options.shared_pool : std::make_shared<kernels::thread_pool>(n_threads);
 
@@ -155,15 +155,15 @@ void stage::forward_batch(std::span<const lane_span> spans, float * x, std::span
     }
 }
 
-// The seam for the model's batched pass (model_slice::forward_batch, one pass over
-// each weight matrix for every span): until it lands, the spans run one after another.
+// One pass of the model over every span (model_slice::forward_batch): each weight
+// matrix is read once for all the lanes in the step, and each row is bitwise what its
+// lane computes alone.
 status stage::run_layers(std::span<const lane_span> spans, float * x) {
-    const int64_t n_embd = hparams().n_embd;
+    batch_spans_.clear();
     for (const lane_span & s : spans) {
-        SKIPPY_TRY(slice_->forward_layers(x, s.n_tokens, s.pos_start, *lanes_[static_cast<size_t>(s.lane)].kv, pool_.get(), ws_));
-        x += s.n_tokens * n_embd;
+        batch_spans_.push_back(sequence_span{lanes_[static_cast<size_t>(s.lane)].kv.get(), s.pos_start, s.n_tokens});
     }
-    return status::ok();
+    return slice_->forward_batch(x, batch_spans_, pool_.get(), ws_);
 }
 
 void stage::logits(std::span<const float> hidden, int64_t n_rows, std::span<float> out) {

@@ -112,6 +112,7 @@ private:
     std::vector<lane_state>               lanes_;
     forward_workspace                     ws_;       // under compute_mutex_
     forward_workspace                     head_ws_;
+    std::vector<sequence_span>            batch_spans_;  // run_layers' scratch, under compute_mutex_
     int32_t                               ctx_size_ = 0;
     std::mutex                            compute_mutex_;
     write_admission_fn                    write_admission_;

@@ -14,9 +14,9 @@ void lane_sampler::trim(int64_t n_tokens) {
     if (static_cast<int64_t>(sequence_.size()) > n_tokens) sequence_.resize(static_cast<size_t>(std::max<int64_t>(n_tokens, 0)));
 }
 
-token_id lane_sampler::sample(std::span<float> logits) {
+result<token_id> lane_sampler::sample(std::span<float> logits) {
     sampler_.set_history(sequence_);
-    return sampler_.sample(logits);
+    return sampler_.sample_finite(logits);
 }
 
 std::span<const float> step_runner::rows(const step_item & item) const {
@@ -132,8 +132,13 @@ void step_runner::run(std::span<step_item> items, step_lanes_i & lanes) {
     int64_t r = 0;
     for (step_item & it : items) {
         if (!it.result.is_ok() || !samples(it.kind)) continue;
-        it.sampled = lanes.sampler(it.lane)->sample(std::span<float>(logits_).subspan(static_cast<size_t>(r * n_vocab), static_cast<size_t>(n_vocab)));
+        auto sampled = lanes.sampler(it.lane)->sample(std::span<float>(logits_).subspan(static_cast<size_t>(r * n_vocab), static_cast<size_t>(n_vocab)));
         ++r;
+        if (sampled.is_ok()) {
+            it.sampled = sampled.value();
+        } else {
+            it.result = sampled.error();
+        }
     }
 }
 

@@ -36,8 +36,9 @@ public:
     void track(int64_t pos_start, std::span<const token_id> tokens);
     // Drops positions >= n_tokens.
     void trim(int64_t n_tokens);
-    // The next token from logits[n_vocab] (modified) with the window as it stands.
-    token_id sample(std::span<float> logits);
+    // The next token from logits[n_vocab] (modified) with the window as it stands;
+    // `runtime` if a logit is not finite (sampler::sample_finite).
+    result<token_id> sample(std::span<float> logits);
 
 private:
     sampler               sampler_;

@@ -1,5 +1,6 @@
 #include "tokenizer/bpe.h"
 
+#include "base/escape.h"
 #include "tokenizer/unicode.h"
 
 #include <queue>
@@ -43,7 +44,7 @@ size_t bpe_tokenizer::merge_pair_hash::operator()(const merge_pair & p) const {
 result<std::unique_ptr<tokenizer>> bpe_tokenizer::create(std::unique_ptr<const vocab> v) {
     const pre_style * style = find_pre_style(v->pre);
     if (style == nullptr) {
-        return make_error(error_code::unsupported, "tokenizer.ggml.pre '" + v->pre + "' is not supported");
+        return make_error(error_code::unsupported, "tokenizer.ggml.pre '" + escape_bytes(v->pre) + "' is not supported");
     }
     SKIPPY_ASSIGN_OR_RETURN(auto pre, pretokenizer::create(*style));
     return std::unique_ptr<tokenizer>(new bpe_tokenizer(std::move(v), std::move(pre)));
@@ -56,7 +57,7 @@ bpe_tokenizer::bpe_tokenizer(std::unique_ptr<const vocab> v, std::unique_ptr<pre
     for (size_t rank = 0; rank < merges.size(); ++rank) {
         const std::string_view m = merges[rank];
         // Split at the first space after the first byte, as llama.cpp does (so a left
-        // side may itself be a space); a merge without one can never apply.
+        // side may itself be a space); load_vocab refused merges without one.
         const size_t space = m.find(' ', 1);
         if (space == std::string_view::npos) continue;
         // emplace keeps the first (best) rank of a duplicated merge.

@@ -1,18 +1,34 @@
 #include "tokenizer/chat_template.h"
 
+#include "base/escape.h"
+
 namespace skippy {
 namespace {
 
 bool contains(std::string_view text, std::string_view needle) { return text.find(needle) != std::string_view::npos; }
 
 // Leading and trailing ASCII whitespace removed, as Jinja's trim / Python's strip do for
-// the templates that apply it (Llama-2, Llama-3, Gemma).
+// the templates that apply it (Llama-2, Llama-3, Gemma), on system and user content.
 std::string trim(std::string_view s) {
     const char * ws = " \t\n\r\f\v";
     const size_t b = s.find_first_not_of(ws);
     if (b == std::string_view::npos) return "";
     const size_t e = s.find_last_not_of(ws);
     return std::string(s.substr(b, e - b + 1));
+}
+
+bool is_ascii_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+// Echo safety (docs/chat-templates.md): an assistant message is what the model generated
+// after the generation prompt, sent back by the client. It must render as exactly that
+// continuation, so its content is never trimmed, and a separator space the template puts
+// around it is written only where the content does not bring its own whitespace (a
+// SentencePiece answer starts with the space of its first token, " Hello").
+std::string space_before(std::string_view content) {
+    return !content.empty() && !is_ascii_space(content.front()) ? " " : "";
+}
+std::string space_after(std::string_view content) {
+    return !content.empty() && !is_ascii_space(content.back()) ? " " : "";
 }
 
 // Families without a system role (Llama-2, Mistral, Gemma) fold each system message
@@ -57,7 +73,7 @@ std::string render_plain(std::span<const chat_message> messages) {
     for (const chat_message & m : messages) {
         if (m.role == "system") out += m.content + "\n\n";
         else if (m.role == "user") out += "User: " + m.content + "\n";
-        else out += "Assistant: " + m.content + "\n";
+        else out += "Assistant:" + space_before(m.content) + m.content + "\n";
     }
     out += "Assistant:";
     return out;
@@ -73,7 +89,8 @@ std::string render_chatml(std::span<const chat_message> messages) {
 std::string render_llama3(std::span<const chat_message> messages) {
     std::string out;
     for (const chat_message & m : messages) {
-        out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + trim(m.content) + "<|eot_id|>";
+        const std::string content = m.role == "assistant" ? m.content : trim(m.content);
+        out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + content + "<|eot_id|>";
     }
     out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
     return out;
@@ -90,7 +107,7 @@ std::string render_llama2(std::span<const chat_message> messages, const chat_spe
             if (!t.system.empty()) out += "<<SYS>>\n" + trim(t.system) + "\n<</SYS>>\n\n";
             out += trim(t.content) + " [/INST]";
         } else {
-            out += " " + trim(t.content) + " " + sp.eos;
+            out += space_before(t.content) + t.content + space_after(t.content) + sp.eos;
         }
     }
     return out;
@@ -121,7 +138,7 @@ std::string render_gemma(std::span<const chat_message> messages) {
     std::string out;
     for (const turn & t : fold_system(messages)) {
         const std::string_view role = t.role == "assistant" ? "model" : "user";
-        std::string content = trim(t.content);
+        std::string content = t.role == "assistant" ? t.content : trim(t.content);
         if (!t.system.empty()) content = trim(t.system) + "\n\n" + content;
         out += "<start_of_turn>" + std::string(role) + "\n" + content + "<end_of_turn>\n";
     }
@@ -167,7 +184,7 @@ result<std::string> render_chat(chat_template_family family, std::span<const cha
     for (const chat_message & m : messages) {
         if (m.role != "system" && m.role != "user" && m.role != "assistant") {
             return make_error(error_code::invalid_argument,
-                              "message role '" + m.role + "' is not one of system, user, assistant");
+                              "message role '" + escape_bytes(m.role) + "' is not one of system, user, assistant");
         }
     }
     switch (family) {

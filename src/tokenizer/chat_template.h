@@ -47,6 +47,10 @@ struct chat_special_texts {
 // The prompt text of `messages` in `family`, ending with the opening of an assistant
 // turn (the generation prompt). BOS is not written at the start: the tokenizer adds it
 // (add_bos_default), as for any prompt.
+// PROMISES (echo safety): an assistant message renders as the verbatim continuation of
+// the generation prompt before it (its content untrimmed, a separator space only where
+// the content has no whitespace of its own), so sending a generated answer back yields
+// the previous prompt followed by the answer's text; see docs/chat-templates.md.
 // Errors (invalid_argument): no messages, a role other than system / user / assistant.
 result<std::string> render_chat(chat_template_family family, std::span<const chat_message> messages,
                                 const chat_special_texts & special = {});

@@ -27,6 +27,17 @@ constexpr std::string_view k_llama3 =
 constexpr std::string_view k_qwen2 =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// gpt-4o (tiktoken o200k, as llama.cpp writes it): a word is a run of "upper" letters then
+// "lower" ones, or the reverse, where a letter other than ASCII a-z counts as upper and
+// one other than ASCII A-Z as lower (so any non-ASCII letter is both), with one optional
+// leading non-letter and a trailing contraction; numbers in threes; symbol runs keep
+// their newlines and slashes. Unlike the tiktoken original, combining marks (\p{M}) are
+// not part of a word: llama.cpp's pattern leaves them out, so "\u0926\u0941" splits.
+constexpr std::string_view k_gpt4o =
+    R"([^\r\n\p{L}\p{N}]?(?:(?=\p{L})[^a-z])*(?:(?=\p{L})[^A-Z])+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?)"
+    R"(|[^\r\n\p{L}\p{N}]?(?:(?=\p{L})[^a-z])+(?:(?=\p{L})[^A-Z])*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?)"
+    R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 const pre_style k_default_style{
     "default",
     {
@@ -45,6 +56,8 @@ const pre_style k_llama3_style{"llama-3", {k_llama3}, true};
 const pre_style k_llama3_plain_style{"llama-3 (dbrx/smaug)", {k_llama3}, false};
 
 const pre_style k_qwen2_style{"qwen2", {k_qwen2}, false};
+
+const pre_style k_gpt4o_style{"gpt-4o", {k_gpt4o}, false};
 
 const pre_style k_falcon_style{
     "falcon",
@@ -107,6 +120,8 @@ const pre_name k_pre_names[] = {
     {"stablelm2", &k_qwen2_style},
     {"hunyuan", &k_qwen2_style},
     {"megrez", &k_qwen2_style},
+    {"gpt-4o", &k_gpt4o_style},
+    {"llama4", &k_gpt4o_style},
     {"falcon", &k_falcon_style},
     {"starcoder", &k_starcoder_style},
     {"refact", &k_starcoder_style},

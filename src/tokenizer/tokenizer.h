@@ -71,8 +71,10 @@ public:
 
     // The token's text as stored in the vocabulary ("" when out of range).
     std::string_view token_text(token_id id) const;
-    // The token's kind (undefined when out of range). Tokens llama.cpp treats as
-    // end-of-generation by their text report control, as there.
+    // The token's kind (undefined when out of range), after llama.cpp's overrides:
+    // tokens it recognises by text as end of generation, EOT, EOM or FIM report control;
+    // the harmony markers (<|start|>, <|channel|>, <|message|>, <|constrain|>, and
+    // <|end|> where <|return|> and <|call|> exist) report user_defined.
     token_kind kind(token_id id) const;
     // The id whose stored text is exactly `text`, or -1.
     token_id find_token(std::string_view text) const;
@@ -83,8 +85,10 @@ public:
     // BOS is added by default: tokenizer.ggml.add_bos_token when present, else true for
     // SPM and false for BPE (never true without a BOS).
     bool add_bos_default() const;
-    // End of generation: EOS, tokenizer.ggml.eot_token_id / eom_token_id, and the tokens
-    // llama.cpp recognises by text ("<|eot_id|>", "<|im_end|>", "<|end|>", ...).
+    // End of generation, by llama.cpp's rules (docs/tokenizer.md): EOS, EOT, EOM, the FIM
+    // pad / repository / file-separator tokens (by key, else by text), and the tokens
+    // recognised by text ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>",
+    // "<|call|>", ...), except harmony's <|end|> when <|return|> and <|call|> exist.
     bool is_end_of_generation(token_id id) const;
     // Those ids, ascending.
     const std::vector<token_id> & end_of_generation_ids() const;

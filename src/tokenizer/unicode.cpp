@@ -11,42 +11,6 @@ size_t utf8_lead_length(uint8_t lead) {
     return k_length_by_high_nibble[lead >> 4];
 }
 
-size_t decode_utf8(std::string_view text, size_t pos, uint32_t & cpt) {
-    const size_t remaining = text.size() - pos;
-    const auto byte = [&](size_t i) { return static_cast<uint8_t>(text[pos + i]); };
-    const auto is_cont = [&](size_t i) { return (byte(i) & 0xC0u) == 0x80u; };
-    const uint8_t b0 = byte(0);
-    if (b0 < 0x80) {
-        cpt = b0;
-        return 1;
-    }
-    // The second byte's allowed range depends on the lead (Unicode Table 3-7): this is
-    // what rules out overlongs (E0 80.., F0 80..), surrogates (ED A0..) and > U+10FFFF.
-    if (b0 >= 0xC2 && b0 <= 0xDF) {
-        if (remaining < 2 || !is_cont(1)) return 0;
-        cpt = (uint32_t(b0 & 0x1F) << 6) | (byte(1) & 0x3F);
-        return 2;
-    }
-    if (b0 >= 0xE0 && b0 <= 0xEF) {
-        if (remaining < 3 || !is_cont(1) || !is_cont(2)) return 0;
-        const uint8_t b1 = byte(1);
-        if (b0 == 0xE0 && b1 < 0xA0) return 0;  // overlong
-        if (b0 == 0xED && b1 > 0x9F) return 0;  // surrogate
-        cpt = (uint32_t(b0 & 0x0F) << 12) | (uint32_t(b1 & 0x3F) << 6) | (byte(2) & 0x3F);
-        return 3;
-    }
-    if (b0 >= 0xF0 && b0 <= 0xF4) {
-        if (remaining < 4 || !is_cont(1) || !is_cont(2) || !is_cont(3)) return 0;
-        const uint8_t b1 = byte(1);
-        if (b0 == 0xF0 && b1 < 0x90) return 0;  // overlong
-        if (b0 == 0xF4 && b1 > 0x8F) return 0;  // above U+10FFFF
-        cpt = (uint32_t(b0 & 0x07) << 18) | (uint32_t(b1 & 0x3F) << 12) | (uint32_t(byte(2) & 0x3F) << 6) |
-              (byte(3) & 0x3F);
-        return 4;
-    }
-    return 0;  // continuation byte, C0/C1 (always overlong) or F5..FF
-}
-
 void append_utf8(std::string & out, uint32_t cpt) {
     if (cpt < 0x80) {
         out.push_back(static_cast<char>(cpt));
@@ -134,7 +98,6 @@ std::string gpt2_decode(std::string_view text) {
 namespace skippy {
 
 std::string sanitize_utf8(std::string_view text) {
-    using tokenizer_detail::decode_utf8;
     std::string out;
     out.reserve(text.size());
     for (size_t pos = 0; pos < text.size();) {

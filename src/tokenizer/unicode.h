@@ -1,6 +1,8 @@
 // UTF-8 helpers and the GPT-2 byte alphabet, internal to the tokenizer part.
 #pragma once
 
+#include "base/escape.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -14,11 +16,9 @@ namespace skippy::tokenizer_detail {
 // into "characters" with this, and byte fallback then keeps every byte.
 size_t utf8_lead_length(uint8_t lead);
 
-// Decodes the well-formed UTF-8 sequence starting at text[pos] (RFC 3629: no overlongs,
-// no surrogates, nothing above U+10FFFF). Returns its length and sets `cpt`, or 0 when
-// the bytes at `pos` do not start a well-formed sequence.
-// REQUIRES: pos < text.size()
-size_t decode_utf8(std::string_view text, size_t pos, uint32_t & cpt);
+// decode_utf8 (well-formed sequences only) is base/escape.h's, shared with the messages
+// that quote file contents.
+using skippy::decode_utf8;
 
 // Appends the UTF-8 encoding of `cpt`. REQUIRES: cpt <= 0x10FFFF.
 void append_utf8(std::string & out, uint32_t cpt);

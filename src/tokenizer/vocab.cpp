@@ -1,12 +1,15 @@
 #include "tokenizer/vocab.h"
 
+#include "base/escape.h"
 #include "base/log.h"
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/unicode.h"
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <limits>
+#include <span>
 
 namespace skippy::tokenizer_detail {
 
@@ -70,10 +73,18 @@ status read_token_id(const gguf::file & file, std::string_view key, int32_t n_vo
     return status::ok();
 }
 
-token_kind kind_from_type(int64_t type) {
-    // Unknown numbers count as undefined, as in llama.cpp.
-    if (type < 0 || type > static_cast<int64_t>(token_kind::byte)) return token_kind::undefined;
-    return static_cast<token_kind>(type);
+// A tokenizer.ggml.token_type element as a kind. Numbers outside the enum are refused
+// (llama.cpp reads them as undefined): a file that writes them is not what it claims.
+status read_kind(const gguf::value & type, size_t id, token_kind & out) {
+    const auto k = type.as_int(static_cast<int64_t>(token_kind::undefined), static_cast<int64_t>(token_kind::byte));
+    if (!k) {
+        const std::string shown = type.as_int() ? std::to_string(*type.as_int()) : std::to_string(type.as_u64().value_or(0));
+        return bad(k_key_token_type, "token " + std::to_string(id) + " has type " + shown +
+                                         ", not one of 0..6 (undefined, normal, unknown, control, user-defined, "
+                                         "unused, byte)");
+    }
+    out = static_cast<token_kind>(*k);
+    return status::ok();
 }
 
 // "<0xAB>" -> 0xAB; -1 when `text` is not of that form.
@@ -128,9 +139,28 @@ std::string render_piece(tokenizer_model model, const std::string & text, token_
 // forces them to control). A subset of its list: the entries for widely used chat
 // formats, without the model-specific exceptions it then needs.
 constexpr std::string_view k_eog_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-    "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>", "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>",
+    "<end_of_utterance>",
 };
+
+// Special ids llama.cpp finds by text when the file has no key for them: the first text
+// of each list that is a token (llama.cpp takes whichever its hash map yields first).
+// They too become control tokens. End of turn and end of message are end of
+// generation; so are the FIM pad, repository and file-separator tokens, which a code
+// model writes when it has finished a fill-in.
+constexpr std::string_view k_eot_texts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
+    "<EOT>", "_<EOT>", "<end_of_utterance>",
+};
+constexpr std::string_view k_eom_texts[] = {"<|eom_id|>"};
+constexpr std::string_view k_fim_pad_texts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>"};
+constexpr std::string_view k_fim_rep_texts[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"};
+constexpr std::string_view k_fim_sep_texts[] = {"<|file_sep|>"};
+
+// The harmony format (gpt-oss) writes these inside an assistant's answer; llama.cpp
+// makes them user-defined so they are always matched and always rendered.
+constexpr std::string_view k_harmony_texts[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"};
 
 status load_tokens(const gguf::file & file, vocab & v) {
     const std::vector<gguf::value> * tokens = nullptr;
@@ -172,38 +202,100 @@ status load_tokens(const gguf::file & file, vocab & v) {
         if (scores != nullptr) {
             const gguf::value & s = (*scores)[i];
             if (auto f = s.as_float()) {
+                // A NaN would make the SPM merge order undefined.
+                if (std::isnan(*f)) return bad(k_key_scores, "token " + std::to_string(i) + " has a NaN score");
                 v.scores[i] = static_cast<float>(*f);
             } else if (auto k = s.as_int()) {
                 v.scores[i] = static_cast<float>(*k);
             }
         }
-        if (types != nullptr) v.kinds[i] = kind_from_type((*types)[i].as_int().value_or(0));
+        if (types != nullptr) SKIPPY_TRY(read_kind((*types)[i], i, v.kinds[i]));
         const auto [it, inserted] = v.text_to_id.emplace(v.texts[i], static_cast<token_id>(i));
         if (!inserted) {
-            return bad(k_key_tokens, "duplicate token text (ids " + std::to_string(it->second) + " and " +
-                                         std::to_string(i) + ")");
+            return bad(k_key_tokens, "duplicate token text '" + escape_bytes(v.texts[i]) + "' (ids " +
+                                         std::to_string(it->second) + " and " + std::to_string(i) + ")");
         }
     }
     return status::ok();
 }
 
+// Every merge must be "left right" where left, right and left + right are all tokens,
+// as Hugging Face requires; llama.cpp keeps the others, which can never apply.
 status load_merges(const gguf::file & file, vocab & v) {
     const std::vector<gguf::value> * merges = nullptr;
     SKIPPY_TRY(find_array(file, k_key_merges, {gguf::value_type::string}, merges));
     if (merges == nullptr) return bad(k_key_merges, "missing (a BPE vocabulary needs its merges)");
     v.merges.reserve(merges->size());
+    std::string joined;
     for (size_t i = 0; i < merges->size(); ++i) {
         const std::string * m = (*merges)[i].as_string();
         if (m == nullptr) return bad(k_key_merges, "element " + std::to_string(i) + " is not a string");
+        const auto refuse = [&](std::string_view why) {
+            return bad(k_key_merges, "merge " + std::to_string(i) + " '" + escape_bytes(*m) + "' " + std::string(why));
+        };
+        // The split rule of the tokenizer: the first space after the first byte, so a
+        // left side may itself be a space.
+        const size_t space = m->find(' ', 1);
+        if (space == std::string::npos) return refuse("is not two pieces separated by a space");
+        const std::string_view left = std::string_view(*m).substr(0, space);
+        const std::string_view right = std::string_view(*m).substr(space + 1);
+        if (v.find(left) < 0) return refuse("names a left piece that is not a token");
+        if (v.find(right) < 0) return refuse("names a right piece that is not a token");
+        joined.assign(left);
+        joined.append(right);
+        if (v.find(joined) < 0) return refuse("makes a piece that is not a token");
         v.merges.push_back(*m);
     }
     return status::ok();
 }
 
+// <arch>.vocab_size, when a file has it, is the model's vocabulary: the token list must
+// be exactly that long, or ids would index past the embeddings (or leave rows unnamed).
+status check_vocab_size(const gguf::file & file, const vocab & v) {
+    const auto arch = file.get_string("general.architecture");
+    if (!arch) return status::ok();
+    const std::string key = *arch + ".vocab_size";
+    const gguf::value * size = file.find(key);
+    if (size == nullptr) return status::ok();
+    const auto n = size->as_int();
+    if (!n) return bad(escape_bytes(key), "expected an integer");
+    if (*n != v.n_vocab()) {
+        return bad(escape_bytes(key), std::to_string(*n) + " disagrees with the " + std::to_string(v.n_vocab()) +
+                                          " entries of " + std::string(k_key_tokens));
+    }
+    return status::ok();
+}
+
+// A special id that is absent from the file and found by text instead: the first of
+// `texts` that is a token, now a control token. -1 when none is.
+token_id detect_by_text(vocab & v, std::span<const std::string_view> texts) {
+    for (std::string_view text : texts) {
+        const token_id id = v.find(text);
+        if (id < 0) continue;
+        v.kinds[id] = token_kind::control;
+        return id;
+    }
+    return -1;
+}
+
+// Special ids skippy does not use but validates, so a hostile id is refused at load
+// like the ones it does use (llama.cpp reads them all).
+constexpr std::string_view k_other_id_keys[] = {
+    "tokenizer.ggml.seperator_token_id",  // sic: the GGUF key is spelled so
+    "tokenizer.ggml.padding_token_id",  "tokenizer.ggml.mask_token_id",     "tokenizer.ggml.cls_token_id",
+    "tokenizer.ggml.fim_pre_token_id",  "tokenizer.ggml.fim_suf_token_id",  "tokenizer.ggml.fim_mid_token_id",
+    "tokenizer.ggml.prefix_token_id",   "tokenizer.ggml.suffix_token_id",   "tokenizer.ggml.middle_token_id",
+};
+
 status load_special_ids(const gguf::file & file, vocab & v, bool model_add_bos) {
     const int32_t n = v.n_vocab();
-    token_id eot = -1;
-    token_id eom = -1;
+    // k_absent: no key, so found by text below; a key that says "none" (-1) stays none.
+    constexpr token_id k_absent = -2;
+    token_id eot = k_absent;
+    token_id eom = k_absent;
+    token_id fim_pad = k_absent;
+    token_id fim_rep = k_absent;
+    token_id fim_sep = k_absent;
     if (v.model == tokenizer_model::spm) {
         // llama.cpp's SentencePiece defaults, used when the keys are absent.
         v.bos = n > 1 ? 1 : -1;
@@ -215,6 +307,18 @@ status load_special_ids(const gguf::file & file, vocab & v, bool model_add_bos) 
     SKIPPY_TRY(read_token_id(file, "tokenizer.ggml.unknown_token_id", n, v.unk));
     SKIPPY_TRY(read_token_id(file, "tokenizer.ggml.eot_token_id", n, eot));
     SKIPPY_TRY(read_token_id(file, "tokenizer.ggml.eom_token_id", n, eom));
+    SKIPPY_TRY(read_token_id(file, "tokenizer.ggml.fim_pad_token_id", n, fim_pad));
+    SKIPPY_TRY(read_token_id(file, "tokenizer.ggml.fim_rep_token_id", n, fim_rep));
+    SKIPPY_TRY(read_token_id(file, "tokenizer.ggml.fim_sep_token_id", n, fim_sep));
+    for (std::string_view key : k_other_id_keys) {
+        token_id unused = -1;
+        SKIPPY_TRY(read_token_id(file, key, n, unused));
+    }
+    if (eot == k_absent) eot = detect_by_text(v, k_eot_texts);
+    if (eom == k_absent) eom = detect_by_text(v, k_eom_texts);
+    if (fim_pad == k_absent) fim_pad = detect_by_text(v, k_fim_pad_texts);
+    if (fim_rep == k_absent) fim_rep = detect_by_text(v, k_fim_rep_texts);
+    if (fim_sep == k_absent) fim_sep = detect_by_text(v, k_fim_sep_texts);
 
     const gguf::value * add_bos_value = file.find(k_key_add_bos);
     if (add_bos_value != nullptr) {
@@ -224,7 +328,9 @@ status load_special_ids(const gguf::file & file, vocab & v, bool model_add_bos) 
         v.add_bos = model_add_bos && v.bos >= 0;
     }
 
-    for (token_id id : {v.eos, eot, eom}) {
+    // The end-of-generation set, in llama.cpp's order of rules: FIM tokens, the known
+    // texts (forced to control), the harmony markers (user-defined), EOS / EOT / EOM.
+    for (token_id id : {fim_pad, fim_rep, fim_sep}) {
         if (id >= 0) v.eog_ids.push_back(id);
     }
     for (std::string_view text : k_eog_texts) {
@@ -233,8 +339,29 @@ status load_special_ids(const gguf::file & file, vocab & v, bool model_add_bos) 
         v.eog_ids.push_back(id);
         v.kinds[id] = token_kind::control;
     }
+    for (std::string_view text : k_harmony_texts) {
+        if (const token_id id = v.find(text); id >= 0) v.kinds[id] = token_kind::user_defined;
+    }
+    for (token_id id : {v.eos, eot, eom}) {
+        if (id >= 0) v.eog_ids.push_back(id);
+    }
     std::sort(v.eog_ids.begin(), v.eog_ids.end());
     v.eog_ids.erase(std::unique(v.eog_ids.begin(), v.eog_ids.end()), v.eog_ids.end());
+
+    // Harmony (and Solar Open) end a message with <|end|> and the answer with <|return|>
+    // or a tool call with <|call|>: when both kinds of end are there, <|end|> only closes
+    // one message of the answer, so it is not the end of generation; it becomes
+    // user-defined (always rendered, always matched), as llama.cpp does.
+    const auto eog_has = [&](std::string_view text) {
+        const token_id id = v.find(text);
+        return id >= 0 && std::binary_search(v.eog_ids.begin(), v.eog_ids.end(), id);
+    };
+    const bool has_call = eog_has("<|call|>") || eog_has("<|calls|>");
+    if (eog_has("<|end|>") && has_call && (eog_has("<|return|>") || eog_has("<|flush|>"))) {
+        const token_id end = v.find("<|end|>");
+        v.eog_ids.erase(std::find(v.eog_ids.begin(), v.eog_ids.end(), end));
+        v.kinds[end] = token_kind::user_defined;
+    }
     return status::ok();
 }
 
@@ -294,7 +421,7 @@ result<vocab> load_vocab(const gguf::file & file) {
         }
         const pre_style * style = find_pre_style(v.pre);
         if (style == nullptr) {
-            return make_error(error_code::unsupported, "tokenizer.ggml.pre '" + v.pre +
+            return make_error(error_code::unsupported, "tokenizer.ggml.pre '" + escape_bytes(v.pre) +
                                                            "' is not supported (supported: " +
                                                            std::string(supported_pre_names()) + ")");
         }
@@ -303,10 +430,11 @@ result<vocab> load_vocab(const gguf::file & file) {
         // BOS; converted llama-3 files carry add_bos_token, so they are unaffected.
     } else {
         return make_error(error_code::unsupported,
-                          "tokenizer.ggml.model '" + *model_name + "' is not supported (supported: llama, gpt2)");
+                          "tokenizer.ggml.model '" + escape_bytes(*model_name) + "' is not supported (supported: llama, gpt2)");
     }
 
     SKIPPY_TRY(load_tokens(file, v));
+    SKIPPY_TRY(check_vocab_size(file, v));
     if (v.model == tokenizer_model::bpe) SKIPPY_TRY(load_merges(file, v));
     SKIPPY_TRY(load_special_ids(file, v, model_add_bos));
     build_special_list(file, v);

@@ -300,7 +300,7 @@ status chain_pipeline::roundtrip(lane_state & ls, protocol::request req, protoco
 status chain_pipeline::begin(int32_t lane, const sampling_config & sampling, std::span<const token_id> prompt_tokens,
                              std::string_view cache_key) {
     if (lane < 0 || lane >= n_lanes()) return make_error(error_code::invalid_argument, "no such lane");
-    SKIPPY_TRY(sampling.validate());
+    SKIPPY_TRY(sampling.validate(n_vocab()));
     lane_state & ls = *lanes_[static_cast<size_t>(lane)];
     stage_->truncate_lane(lane, 0);
     ls.n_prompt = static_cast<int64_t>(prompt_tokens.size());

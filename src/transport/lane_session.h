@@ -47,7 +47,8 @@ public:
     }
     // Samples the token after the last row of hidden(). REQUIRES: sampling(), and the
     // stage is the last.
-    token_id sample_last_row();
+    // `runtime` if a logit is not finite.
+    result<token_id> sample_last_row();
 
     // ---- prompt chunks
     struct chunk_lookup {

@@ -62,36 +62,9 @@ telemetry::stage_snapshot stage_snapshot_of(int32_t stage_index, stage & st, sta
     kv_pool & kv = st.kv();
     snap.kv_pool = telemetry::kv_pool_snapshot{kv.n_blocks(), kv.n_blocks() - kv.n_free(), static_cast<int64_t>(kv.geometry().block_bytes())};
     if (!host || !host->cache()) return snap;
-    const cache::stage_cache_stats s = host->cache()->stats();
-    // A restore consults the tiers in turn: resident first, then exact state for what
-    // resident did not serve. Each tier's misses are the lookups that reached it and
-    // it did not serve (a restore that failed counts as a miss of its tier), so
-    // resident misses = exact hits + exact misses, and exact misses = lookups no tier
-    // served.
-    const int64_t lookups = static_cast<int64_t>(s.totals.kv_lookup_hits + s.totals.kv_lookup_misses + s.totals.kv_lookup_errors);
-    const int64_t past_resident = std::max<int64_t>(lookups - s.n_resident_restores, 0);
-    telemetry::cache_tier_snapshot resident;
-    resident.tier = "resident";
-    resident.hits = s.n_resident_restores;
-    resident.misses = past_resident;
-    resident.evictions = s.resident.n_evictions;
-    resident.entries = s.resident.n_entries;
-    resident.bytes = s.resident.n_blocks_held * static_cast<int64_t>(kv.geometry().block_bytes());
-    telemetry::cache_tier_snapshot exact;
-    exact.tier = "exact_state";
-    exact.hits = s.n_exact_restores;
-    exact.misses = std::max<int64_t>(past_resident - s.n_exact_restores, 0);
-    exact.evictions = s.exact.n_evictions;
-    exact.entries = s.exact.n_entries;
-    exact.bytes = s.exact.blobs.physical_bytes;
-    telemetry::cache_tier_snapshot activation;
-    activation.tier = "activation";
-    activation.hits = s.activation.n_hits;
-    activation.misses = s.activation.n_misses;
-    activation.evictions = s.activation.n_evictions;
-    activation.entries = s.activation.n_entries;
-    activation.bytes = s.activation.n_bytes;
-    snap.cache_tiers = {resident, exact, activation};
+    for (const cache::tier_snapshot & t : host->cache()->tier_snapshots()) {
+        snap.cache_tiers.push_back({std::string(t.name), t.stats.hits, t.stats.misses, t.stats.evictions, t.stats.bytes, t.stats.entries});
+    }
     return snap;
 }
 
@@ -120,6 +93,7 @@ result<std::unique_ptr<stage_cache_host>> stage_cache_host::create(stage & st, c
     host->backend_ = std::make_unique<cache::pool_kv_backend>(st.kv(), std::move(lanes), range.start, range.end);
     cache::stage_cache_config config = settings.config;
     if (st.is_last()) config.activation_max_bytes = 0;  // the final stage forwards no activations
+    config.disk_dir = cache::disk_dir_for_stage(config.disk_dir, stage_index);
     SKIPPY_ASSIGN_OR_RETURN(host->cache_, cache::stage_cache::create(*host->backend_, config, settings.sink));
     cache::stage_cache * cache = host->cache_.get();
     st.set_write_admission([cache](int32_t lane, int64_t pos_start, int64_t n_tokens) {

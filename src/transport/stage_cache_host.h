@@ -39,12 +39,9 @@ std::string model_identity(const gguf::file & file, layer_range layers);
 // "x86_64-avx2" and the like: KV computed by one kernel path is only reused by it.
 std::string platform_tag();
 
-// What a stage reports at a /metrics scrape: its KV pool and, with a cache, the tiers
-// resident, exact_state and activation. KV restores try resident, then exact state:
-// a tier's hits are the restores it served, its misses the restores that reached it
-// and it did not serve (resident: every lookup it did not serve; exact_state: lookups
-// no tier served). Activation lookups are counted by that tier itself. `steps` (may be
-// null) adds the stage's step histograms.
+// What a stage reports at a /metrics scrape: its KV pool and, with a cache, its tiers
+// (stage_cache::tier_snapshots: resident, exact_state, disk and redis when on,
+// activation). `steps` (may be null) adds the stage's step histograms.
 telemetry::stage_snapshot stage_snapshot_of(int32_t stage_index, stage & st, stage_cache_host * cache,
                                             const telemetry::step_recorder * steps = nullptr);
 

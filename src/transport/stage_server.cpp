@@ -263,7 +263,7 @@ status stage_server::lane_worker::handle_configure(const protocol::request & req
     session_.pending_stats = {};
     if (is_final_) {
         sampling_config sc = to_sampling_config(req.generation->sampling);
-        SKIPPY_TRY(sc.validate());
+        SKIPPY_TRY(sc.validate(stage_.hparams().n_vocab));
         session_.start_sampling(std::move(sc));
         SKIPPY_TRY(server_.connect_return(slot_));  // before stage 0 hears the ack
         slot_.configured = true;
@@ -343,7 +343,7 @@ status stage_server::lane_worker::handle_try_restore_decode(protocol::request & 
         session_.track_tokens(0, req.tokens);
         session_.track_tokens(n, one);
         out.kind = message_kind::predicted_token;
-        out.token = session_.sample_last_row();
+        SKIPPY_ASSIGN_OR_RETURN(out.token, session_.sample_last_row());
         out.decode_step = req.state.decode_step;
         out.restored_tokens = n;
         return status::ok();

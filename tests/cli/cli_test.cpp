@@ -389,7 +389,7 @@ TEST_F(cli, MakeModelBench200mPresetHasTheDocumentedShape) {
     for (const auto & t : g.tensors()) {
         if (t.name.rfind("blk.", 0) == 0) blocks += t.n_elements();
         else if (t.name == "token_embd.weight" || t.name == "output.weight") embd_head += t.n_elements();
-        if (t.dims.size() == 2) EXPECT_EQ(t.type, tensor_type::q4_0) << t.name;
+        if (t.dims.size() == 2) EXPECT_EQ(t.type, t.name == "output.weight" ? tensor_type::q6_k : tensor_type::q4_0) << t.name;
     }
     // Per layer: q, o 1024x1024; k, v 1024x256; gate, up, down 1024x2816; two norms.
     EXPECT_EQ(blocks, 12 * (2 * 1024 * 1024 + 2 * 1024 * 256 + 3 * 1024 * 2816 + 2 * 1024));

@@ -155,6 +155,27 @@ TEST(gguf_malformed, DuplicateKeysAndTensorsAreRefused) {
     EXPECT_FALSE(parse(t.bytes).is_ok());
 }
 
+// Names from the file are quoted escaped (base/escape.h): no raw control bytes or invalid
+// UTF-8 reach a message, and a huge name is cut.
+TEST(gguf_malformed, NamesInMessagesAreEscaped) {
+    const std::string key("k\0\xFF\x1B[2J", 7);
+    image im(3, 0, 2);
+    im.kv_u32(key, 1);
+    im.kv_u32(key, 2);
+    const status st = parse(im.bytes);
+    ASSERT_FALSE(st.is_ok());
+    EXPECT_NE(st.message().find("'k\\x00\\xFF\\x1B[2J'"), std::string::npos) << st.message();
+    EXPECT_EQ(st.message().find('\0'), std::string::npos);
+    EXPECT_EQ(st.message().find('\x1B'), std::string::npos);
+
+    image t(3, 1, 0);
+    t.tensor(std::string(100000, 'n') + "\n", {4}, 999, 0);  // unknown type
+    const status st2 = parse(t.bytes);
+    ASSERT_FALSE(st2.is_ok());
+    EXPECT_NE(st2.message().find("... (100001 bytes)"), std::string::npos) << st2.message().substr(0, 300);
+    EXPECT_LT(st2.message().size(), 400u);
+}
+
 TEST(gguf_malformed, BadAlignmentIsRefused) {
     for (uint32_t al : {0u, 3u, 48u, 1u << 30}) {
         image im(3, 0, 1);

@@ -135,6 +135,59 @@ TEST_P(avx2_per_type, MulTileOfLongRowsEqualsVecDotBitwise) {
     }
 }
 
+TEST_P(avx2_per_type, DequantizationEqualsTheScalarReferenceBitwise) {
+    SKIP_WITHOUT_AVX2();
+    const tensor_type t = GetParam();
+    for (int64_t n : odd_sizes(t)) {
+        const auto w = weight_rows(t, 1, n, 30);
+        std::vector<float> reference(static_cast<size_t>(n)), fast(static_cast<size_t>(n), -1.0f);
+        scalar_of(t).to_float(w.data(), reference.data(), n);
+        avx2_of(t).to_float(w.data(), fast.data(), n);
+        ASSERT_EQ(std::memcmp(reference.data(), fast.data(), fast.size() * sizeof(float)), 0) << "n " << n;
+    }
+}
+
+// The whole product as the model calls it (matmul on the AVX2 path, any thread count,
+// rows and tokens with tails) against the scalar reference: the scalar activation
+// encoder and the scalar vec_dot of each row and token.
+TEST_P(avx2_per_type, MatmulEqualsTheScalarReferenceBitwise) {
+    SKIP_WITHOUT_AVX2();
+    if (active_impl() != implementation::avx2) GTEST_SKIP() << "AVX2 path not active (SKIPPY_KERNELS)";
+    const tensor_type t = GetParam();
+    const tensor_type at = scalar_of(t).vec_dot_type;
+    const int64_t n = testing::block_elems_of(t) == 1 ? 67 : 3 * testing::block_elems_of(t);
+    const int64_t n_rows = 21, n_tokens = 11;
+    const auto w = weight_rows(t, n_rows, n, 40);
+    std::vector<float> x;
+    for (int64_t i = 0; i < n_tokens; ++i) {
+        const auto row = random_row(n, 50 + i);
+        x.insert(x.end(), row.begin(), row.end());
+    }
+    const size_t w_row = row_bytes(t, n), x_row = row_bytes(at, n);
+    std::vector<uint8_t> xq(x_row * n_tokens);
+    for (int64_t i = 0; i < n_tokens; ++i) {
+        if (at == tensor_type::f32) {
+            std::memcpy(xq.data() + i * x_row, x.data() + i * n, x_row);
+        } else {
+            scalar_of(at).from_float_activation(x.data() + i * n, xq.data() + i * x_row, n);
+        }
+    }
+    for (int n_threads : {1, 2, 3, 4}) {
+        thread_pool pool(n_threads);
+        for (int64_t tokens : {int64_t(1), int64_t(8), n_tokens}) {
+            std::vector<float> y(static_cast<size_t>(tokens * n_rows));
+            matmul(matrix_view{t, w.data(), n, n_rows}, x.data(), tokens, y.data(), &pool);
+            for (int64_t i = 0; i < tokens; ++i) {
+                for (int64_t r = 0; r < n_rows; ++r) {
+                    const float reference = scalar_of(t).vec_dot(w.data() + r * w_row, xq.data() + i * x_row, n);
+                    ASSERT_TRUE(same_bits(y[i * n_rows + r], reference))
+                        << "threads " << n_threads << " tokens " << tokens << " row " << r << " token " << i;
+                }
+            }
+        }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(kernels, avx2_per_type, ::testing::ValuesIn(testing::weight_types()),
                          [](const auto & p) { return testing::type_param_name(p.param); });
 
@@ -176,7 +229,7 @@ std::vector<std::vector<float>> special_rows(int64_t n) {
 
 TEST(kernels_avx2, ActivationEncodersWriteTheScalarBytes) {
     SKIP_WITHOUT_AVX2();
-    for (tensor_type at : {tensor_type::f16, tensor_type::bf16, tensor_type::q8_0, tensor_type::q8_k}) {
+    for (tensor_type at : {tensor_type::f16, tensor_type::bf16, tensor_type::q8_0, tensor_type::q8_1, tensor_type::q8_k}) {
         const int64_t block = testing::block_elems_of(at);
         for (int64_t n : block == 1 ? std::vector<int64_t>{1, 7, 15, 16, 17, 33, 512} : std::vector<int64_t>{block, 4 * block}) {
             for (const auto & x : special_rows(n)) {

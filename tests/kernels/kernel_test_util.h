@@ -78,9 +78,10 @@ inline int64_t block_elems_of(tensor_type t) {
 }
 
 inline const std::vector<tensor_type> & weight_types() {
-    static const std::vector<tensor_type> types = {tensor_type::f32,  tensor_type::f16,  tensor_type::bf16,
-                                                   tensor_type::q8_0, tensor_type::q4_0, tensor_type::q4_k,
-                                                   tensor_type::q6_k};
+    static const std::vector<tensor_type> types = {
+        tensor_type::f32,  tensor_type::f16,  tensor_type::bf16,   tensor_type::q8_0,  tensor_type::q4_0,
+        tensor_type::q5_0, tensor_type::q5_1, tensor_type::iq4_nl, tensor_type::mxfp4, tensor_type::q2_k,
+        tensor_type::q3_k, tensor_type::q4_k, tensor_type::q5_k,   tensor_type::q6_k,  tensor_type::iq4_xs};
     return types;
 }
 

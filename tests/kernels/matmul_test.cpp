@@ -84,7 +84,7 @@ TEST_P(matmul_per_type, TokenResultIsBitwiseIndependentOfBatchPositionAndThreads
 
     std::vector<std::unique_ptr<thread_pool>> pools;
     pools.push_back(nullptr);
-    for (int n_threads : {1, 2, 3}) pools.push_back(std::make_unique<thread_pool>(n_threads));
+    for (int n_threads : {1, 2, 3, 4}) pools.push_back(std::make_unique<thread_pool>(n_threads));
 
     for (const auto & pool : pools) {
         for (int64_t batch : {1, 3, 7, 64, 65}) {
@@ -129,12 +129,14 @@ TEST_P(matmul_per_type, ConcurrentCallersSharingAPoolGetTheSameBits) {
 }
 
 // Products sharing an input (Q, K, V) in one call: each output is what matmul alone
-// writes, whatever the types mixed (F32, plain and quantized activation formats).
+// writes, whatever the types mixed (F32, plain and quantized activation formats: F16,
+// Q8_0, Q8_1, Q8_K).
 TEST(kernels_matmul, ManyProductsOfOneInputEqualSeparateCalls) {
     const int64_t n_cols = 256;
     const std::vector<weights> ws = {make_weights(tensor_type::q4_k, 40, n_cols, 11), make_weights(tensor_type::q6_k, 17, n_cols, 12),
                                      make_weights(tensor_type::q8_0, 9, n_cols, 13), make_weights(tensor_type::f32, 5, n_cols, 14),
-                                     make_weights(tensor_type::f16, 33, n_cols, 15)};
+                                     make_weights(tensor_type::f16, 33, n_cols, 15), make_weights(tensor_type::q5_1, 11, n_cols, 16),
+                                     make_weights(tensor_type::iq4_nl, 7, n_cols, 17), make_weights(tensor_type::q3_k, 19, n_cols, 18)};
     thread_pool pool(3);
     for (int64_t n_tokens : {1, 8, 13}) {
         const auto x = token_rows(n_tokens, n_cols, 21);
@@ -199,7 +201,8 @@ TEST(kernels, ImplementationIsNamedAndForcedToScalarByEnvironment) {
     }
     for (tensor_type t : testing::weight_types()) EXPECT_TRUE(is_supported(t)) << tensor_type_name(t);
     EXPECT_FALSE(is_supported(tensor_type::q8_k));  // activations only
-    EXPECT_FALSE(is_supported(tensor_type::q5_k));
+    EXPECT_FALSE(is_supported(tensor_type::q8_1));  // activations only
+    EXPECT_FALSE(is_supported(tensor_type::q4_1));
 }
 
 }  // namespace

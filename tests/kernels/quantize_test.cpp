@@ -46,6 +46,7 @@ TEST_P(every_weight_type, RelativeRmsErrorOnNormalDataIsSmall) {
         x2 += double(x[i]) * x[i];
     }
     const double rel = std::sqrt(err2 / x2);
+    RecordProperty("relative_rms_error", std::to_string(rel));
     double ceiling = 0;
     switch (GetParam()) {
         case tensor_type::f32: ceiling = 0; break;
@@ -55,10 +56,17 @@ TEST_P(every_weight_type, RelativeRmsErrorOnNormalDataIsSmall) {
         case tensor_type::q4_0: ceiling = 0.12; break;
         case tensor_type::q4_k: ceiling = 0.10; break;
         case tensor_type::q6_k: ceiling = 0.025; break;
+        case tensor_type::q5_0: ceiling = 0.06; break;
+        case tensor_type::q5_1: ceiling = 0.048; break;
+        case tensor_type::iq4_nl: ceiling = 0.10; break;
+        case tensor_type::mxfp4: ceiling = 0.14; break;
+        case tensor_type::q2_k: ceiling = 0.43; break;
+        case tensor_type::q3_k: ceiling = 0.20; break;
+        case tensor_type::q5_k: ceiling = 0.05; break;
+        case tensor_type::iq4_xs: ceiling = 0.105; break;
         default: FAIL();
     }
     EXPECT_LE(rel, ceiling) << tensor_type_name(GetParam());
-    RecordProperty("relative_rms_error", std::to_string(rel));
 }
 
 INSTANTIATE_TEST_SUITE_P(kernels, every_weight_type, ::testing::ValuesIn(testing::weight_types()),
@@ -178,34 +186,44 @@ TEST(kernels_quantize, Q4_0MatchesGgmlReferenceBytes) {
     EXPECT_EQ(bytes[2 + 2], 9 | (8 << 4));
 }
 
-// Per-sub-block bound of our Q4_K encoder (see from_float_q4_k): nothing is clipped,
-// so |error| <= step_j / 2 with step_j <= (range_j + dmin) / 15 + d, where range_j =
-// max - min(0, min) of the sub-block, dmin ~ max_j(-min(0, min_j)) / 63 and
-// d ~ max_j step_j / 63 (each 2^-10 larger at most from rounding up to an f16).
-TEST(kernels_quantize, Q4_KErrorIsWithinHalfAStepOfEachSubBlock) {
+// Per-sub-block bound of the min-scale encoder (Q2_K, Q4_K, Q5_K; encode_min_scale in
+// src/kernels/quants_common.h): nothing is clipped, so |error| <= step_j / 2 with
+// step_j <= (range_j + dmin) / q_max + d, where range_j = max - min(0, min) of the
+// sub-block, dmin ~ max_j(-min(0, min_j)) / scale_max and d ~ max_j step_j / scale_max
+// (each 2^-10 larger at most from rounding up to an f16).
+struct min_scale_case {
+    tensor_type t;
+    int         n_sub, q_max, scale_max;
+};
+
+class min_scale_encoder : public ::testing::TestWithParam<min_scale_case> {};
+
+TEST_P(min_scale_encoder, ErrorIsWithinHalfAStepOfEachSubBlock) {
+    const auto [t, n_sub, q_max, scale_max] = GetParam();
+    const int sub_len = 256 / n_sub;
     for (uint64_t seed : {6u, 7u, 8u}) {
         auto x = random_row(256 * 40, seed);
         if (seed == 7) for (auto & v : x) v = std::fabs(v);       // all positive
         if (seed == 8) for (auto & v : x) v = -std::fabs(v) - 1;  // all negative
-        const auto back = decode(tensor_type::q4_k, encode(tensor_type::q4_k, x), int64_t(x.size()));
+        const auto back = decode(t, encode(t, x), int64_t(x.size()));
         for (size_t b = 0; b < x.size(); b += 256) {
-            float range[8], neg_lo_max = 0, max_step = 0;
-            for (int j = 0; j < 8; ++j) {
-                float lo = 0, hi = x[b + 32 * j];
-                for (int l = 0; l < 32; ++l) {
-                    lo = std::min(lo, x[b + 32 * j + l]);
-                    hi = std::max(hi, x[b + 32 * j + l]);
+            float range[16], neg_lo_max = 0, max_step = 0;
+            for (int j = 0; j < n_sub; ++j) {
+                float lo = 0, hi = x[b + sub_len * j];
+                for (int l = 0; l < sub_len; ++l) {
+                    lo = std::min(lo, x[b + sub_len * j + l]);
+                    hi = std::max(hi, x[b + sub_len * j + l]);
                 }
                 range[j] = hi - lo;
                 neg_lo_max = std::max(neg_lo_max, -lo);
             }
-            const float dmin = neg_lo_max / 63 * (1 + 0x1p-10f);
-            for (int j = 0; j < 8; ++j) max_step = std::max(max_step, (range[j] + dmin) / 15);
-            const float d = max_step / 63 * (1 + 0x1p-10f);
-            for (int j = 0; j < 8; ++j) {
-                const float bound = ((range[j] + dmin) / 15 + d) / 2 * (1 + 1e-5f);
-                for (int l = 0; l < 32; ++l) {
-                    const size_t i = b + 32 * j + l;
+            const float dmin = neg_lo_max / static_cast<float>(scale_max) * (1 + 0x1p-10f);
+            for (int j = 0; j < n_sub; ++j) max_step = std::max(max_step, (range[j] + dmin) / static_cast<float>(q_max));
+            const float d = max_step / static_cast<float>(scale_max) * (1 + 0x1p-10f);
+            for (int j = 0; j < n_sub; ++j) {
+                const float bound = ((range[j] + dmin) / static_cast<float>(q_max) + d) / 2 * (1 + 1e-5f);
+                for (int l = 0; l < sub_len; ++l) {
+                    const size_t i = b + sub_len * j + l;
                     ASSERT_LE(std::fabs(back[i] - x[i]), bound) << "seed " << seed << " value " << i;
                 }
             }
@@ -213,26 +231,45 @@ TEST(kernels_quantize, Q4_KErrorIsWithinHalfAStepOfEachSubBlock) {
     }
 }
 
-// Per-sub-block bound of our Q6_K encoder (see from_float_q6_k): the step is
-// amax_j / 32 rounded up to a multiple of d ~ amax_block / 4096; |error| <= one step
-// (half a step except near +32 steps, which rounds to 31).
-TEST(kernels_quantize, Q6_KErrorIsWithinOneStepOfEachSubBlock) {
+INSTANTIATE_TEST_SUITE_P(kernels, min_scale_encoder,
+                         ::testing::Values(min_scale_case{tensor_type::q2_k, 16, 3, 15},
+                                           min_scale_case{tensor_type::q4_k, 8, 15, 63},
+                                           min_scale_case{tensor_type::q5_k, 8, 31, 63}),
+                         [](const auto & p) { return testing::type_param_name(p.param.t); });
+
+// Per-sub-block bound of the signed-scale encoder (Q3_K, Q6_K, IQ4_XS;
+// encode_signed_scale in src/kernels/quants_common.h): the step is amax_j / |level_0|
+// rounded up to a multiple of d ~ amax_block / (|level_0| * |scale_lo|). Linear levels:
+// |error| <= one step (half a step except near the far end, which rounds to the last
+// level). IQ4_XS's table: at most 14 steps (past its last level, 113, up to 127), else
+// half its widest gap (24).
+struct signed_scale_case {
+    tensor_type t;
+    int         n_sub, level0, scale_lo;
+    float       max_error_steps;
+};
+
+class signed_scale_encoder : public ::testing::TestWithParam<signed_scale_case> {};
+
+TEST_P(signed_scale_encoder, ErrorIsBoundedInStepsOfEachSubBlock) {
+    const auto [t, n_sub, level0, scale_lo, max_error_steps] = GetParam();
+    const int sub_len = 256 / n_sub;
     for (uint64_t seed : {9u, 10u}) {
         auto x = random_row(256 * 40, seed);
         if (seed == 10) for (auto & v : x) v = std::fabs(v);
-        const auto back = decode(tensor_type::q6_k, encode(tensor_type::q6_k, x), int64_t(x.size()));
+        const auto back = decode(t, encode(t, x), int64_t(x.size()));
         for (size_t b = 0; b < x.size(); b += 256) {
             float amax_block = 0, amax[16];
-            for (int j = 0; j < 16; ++j) {
+            for (int j = 0; j < n_sub; ++j) {
                 amax[j] = 0;
-                for (int l = 0; l < 16; ++l) amax[j] = std::max(amax[j], std::fabs(x[b + 16 * j + l]));
+                for (int l = 0; l < sub_len; ++l) amax[j] = std::max(amax[j], std::fabs(x[b + sub_len * j + l]));
                 amax_block = std::max(amax_block, amax[j]);
             }
-            const float d = amax_block / 4096 * (1 + 0x1p-10f);
-            for (int j = 0; j < 16; ++j) {
-                const float bound = (amax[j] / 32 + d) * (1 + 1e-5f);
-                for (int l = 0; l < 16; ++l) {
-                    const size_t i = b + 16 * j + l;
+            const float d = amax_block / static_cast<float>(level0 * scale_lo) * (1 + 0x1p-10f);
+            for (int j = 0; j < n_sub; ++j) {
+                const float bound = max_error_steps * (amax[j] / static_cast<float>(level0) + d) * (1 + 1e-5f);
+                for (int l = 0; l < sub_len; ++l) {
+                    const size_t i = b + sub_len * j + l;
                     ASSERT_LE(std::fabs(back[i] - x[i]), bound) << "seed " << seed << " value " << i;
                 }
             }
@@ -240,10 +277,19 @@ TEST(kernels_quantize, Q6_KErrorIsWithinOneStepOfEachSubBlock) {
     }
 }
 
+INSTANTIATE_TEST_SUITE_P(kernels, signed_scale_encoder,
+                         ::testing::Values(signed_scale_case{tensor_type::q3_k, 16, 4, 32, 1.0f},
+                                           signed_scale_case{tensor_type::q6_k, 16, 32, 128, 1.0f},
+                                           signed_scale_case{tensor_type::iq4_xs, 8, 127, 32, 14.0f}),
+                         [](const auto & p) { return testing::type_param_name(p.param.t); });
+
 TEST(kernels_quantize, KQuantsKeepSmallSubBlocksNextToLargeOnes) {
-    // A sub-block 20 times smaller than the rest keeps a scale of its own (a 6-bit or
-    // 8-bit multiple of d) instead of collapsing to a constant.
-    for (tensor_type t : {tensor_type::q4_k, tensor_type::q6_k}) {
+    // A sub-block 20 times smaller than the rest keeps a scale of its own (a 4-, 6- or
+    // 8-bit multiple of d) instead of collapsing to a constant (an error near amax). Q2_K
+    // has 4 codes, and its 4-bit min is a coarse multiple of the large sub-blocks' dmin:
+    // the small one's error reaches about amax / 2.
+    for (tensor_type t : {tensor_type::q2_k, tensor_type::q3_k, tensor_type::q4_k, tensor_type::q5_k, tensor_type::q6_k,
+                          tensor_type::iq4_xs}) {
         auto x = random_row(256, 12);
         for (int l = 0; l < 32; ++l) x[l] *= 0.05f;
         const auto back = decode(t, encode(t, x), 256);
@@ -252,8 +298,50 @@ TEST(kernels_quantize, KQuantsKeepSmallSubBlocksNextToLargeOnes) {
             amax = std::max(amax, std::fabs(x[l]));
             max_err = std::max(max_err, std::fabs(back[l] - x[l]));
         }
-        EXPECT_LT(max_err, amax * 0.25f) << tensor_type_name(t);
+        EXPECT_LT(max_err, amax * (t == tensor_type::q2_k ? 0.5f : 0.25f)) << tensor_type_name(t);
     }
+}
+
+TEST(kernels_quantize, Q5_0MatchesGgmlReferenceBytes) {
+    // Largest magnitude -4 -> d = 0.25, id = 4; codes truncate x * 4 + 16.5:
+    // 1.3 -> 21.7 -> 21; 0.125 -> 17.0 -> 17; 3.99 -> 32.46 -> 32 -> 31; 0 -> 16.
+    std::vector<float> x(32, 0.0f);
+    x[0] = -4.0f;
+    x[1] = 1.3f;
+    x[2] = 0.125f;
+    x[16] = 3.99f;
+    const auto bytes = encode(tensor_type::q5_0, x);
+    EXPECT_EQ(load_u16_le(bytes.data() + q5_0_off_d), f32_to_f16(0.25f));
+    EXPECT_EQ(load_u32_le(bytes.data() + q5_0_off_qh), 0xfffffffeu);  // every code >= 16 but code 0
+    EXPECT_EQ(bytes[q5_0_off_qs + 0], 0x0 | (0xf << 4));  // codes 0 and 31
+    EXPECT_EQ(bytes[q5_0_off_qs + 1], 0x5);               // codes 21 and 16
+    EXPECT_EQ(bytes[q5_0_off_qs + 2], 0x1);               // codes 17 and 16
+}
+
+TEST(kernels_quantize, Q5_1RoundTripsRepresentableBlocksExactly) {
+    // min -1 and max -1 + 31 / 16: d = 1 / 16 exactly, every -1 + k / 16 is a code.
+    std::vector<float> x(32);
+    for (int j = 0; j < 32; ++j) x[j] = -1.0f + static_cast<float>((j * 7) % 32) / 16.0f;
+    EXPECT_EQ(decode(tensor_type::q5_1, encode(tensor_type::q5_1, x), 32), x);
+}
+
+TEST(kernels_quantize, Mxfp4RoundTripsE2M1ValuesExactly) {
+    // amax 6 * 2^-3: exponent floor(log2(0.75)) - 2 = -3, so every E2M1 value * 2^-3 is a code.
+    const float e2m1[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+    std::vector<float> x(64);
+    for (int j = 0; j < 64; ++j) x[j] = (j % 3 == 0 ? -1.0f : 1.0f) * e2m1[(j * 5) % 8] * 0.125f;
+    x[7] = 0.75f;
+    x[40] = -0.75f;
+    EXPECT_EQ(decode(tensor_type::mxfp4, encode(tensor_type::mxfp4, x), 64), x);
+}
+
+TEST(kernels_quantize, Iq4NlRoundTripsScaledTableValuesExactly) {
+    // The largest magnitude at the table's -127 end: d = 0.5, every level * 0.5 is exact
+    // and the least-squares refinement keeps d.
+    const int8_t levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    std::vector<float> x(32);
+    for (int j = 0; j < 32; ++j) x[j] = 0.5f * static_cast<float>(levels[(j * 3) % 16]);
+    EXPECT_EQ(decode(tensor_type::iq4_nl, encode(tensor_type::iq4_nl, x), 32), x);
 }
 
 }  // namespace

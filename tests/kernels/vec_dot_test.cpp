@@ -29,6 +29,34 @@ TEST(kernels_activation, VecDotTypesAreLlamaCppCpuOnes) {
     EXPECT_EQ(active_kernels(tensor_type::q4_0)->vec_dot_type, tensor_type::q8_0);
     EXPECT_EQ(active_kernels(tensor_type::q4_k)->vec_dot_type, tensor_type::q8_k);
     EXPECT_EQ(active_kernels(tensor_type::q6_k)->vec_dot_type, tensor_type::q8_k);
+    EXPECT_EQ(active_kernels(tensor_type::q5_0)->vec_dot_type, tensor_type::q8_0);
+    EXPECT_EQ(active_kernels(tensor_type::q5_1)->vec_dot_type, tensor_type::q8_1);
+    EXPECT_EQ(active_kernels(tensor_type::iq4_nl)->vec_dot_type, tensor_type::q8_0);
+    EXPECT_EQ(active_kernels(tensor_type::mxfp4)->vec_dot_type, tensor_type::q8_0);
+    EXPECT_EQ(active_kernels(tensor_type::q2_k)->vec_dot_type, tensor_type::q8_k);
+    EXPECT_EQ(active_kernels(tensor_type::q3_k)->vec_dot_type, tensor_type::q8_k);
+    EXPECT_EQ(active_kernels(tensor_type::q5_k)->vec_dot_type, tensor_type::q8_k);
+    EXPECT_EQ(active_kernels(tensor_type::iq4_xs)->vec_dot_type, tensor_type::q8_k);
+}
+
+TEST(kernels_activation, Q8_1StoresTheScaledSumOfItsCodes) {
+    // amax = 127: d = 1 and id = 1, so the codes are the values (ties to even).
+    std::vector<float> x(64, 0.0f);
+    x[0] = 127.0f;
+    x[1] = 2.5f;
+    x[2] = -3.5f;
+    x[5] = -20.0f;
+    x[32] = -0.5f;  // second block: amax 0.5, d = 0.5 / 127, codes -127 and 0
+    const auto q = encode_activation(tensor_type::q5_1, x);
+    ASSERT_EQ(q.size(), 2 * q8_1_block_bytes);
+    EXPECT_EQ(load_u16_le(q.data() + q8_1_off_d), f32_to_f16(1.0f));
+    EXPECT_EQ(static_cast<int8_t>(q[q8_1_off_qs + 1]), 2);
+    EXPECT_EQ(static_cast<int8_t>(q[q8_1_off_qs + 2]), -4);
+    EXPECT_EQ(load_u16_le(q.data() + q8_1_off_s), f32_to_f16(127.0f + 2 - 4 - 20));
+    const uint8_t * b1 = q.data() + q8_1_block_bytes;
+    EXPECT_EQ(static_cast<int8_t>(b1[q8_1_off_qs]), -127);
+    EXPECT_EQ(load_u16_le(b1 + q8_1_off_d), f32_to_f16(0.5f / 127.0f));
+    EXPECT_EQ(load_u16_le(b1 + q8_1_off_s), f32_to_f16(-0.5f / 127.0f * 127.0f));
 }
 
 TEST(kernels_activation, Q8_0ActivationsRoundTiesToEvenWithScale127OverAmax) {
@@ -87,22 +115,41 @@ TEST(kernels_activation, F16AndBf16ActivationsAreRounded) {
 std::vector<double> activation_error_bound(tensor_type weight_type, const std::vector<float> & x) {
     std::vector<double> e(x.size(), 0.0);
     const tensor_type at = active_kernels(weight_type)->vec_dot_type;
-    const size_t block = at == tensor_type::q8_0 ? 32 : 256;
+    const size_t block = at == tensor_type::q8_k ? 256 : 32;
     for (size_t i = 0; i < x.size(); ++i) {
         if (at == tensor_type::f16) e[i] = std::fabs(x[i]) * 0x1p-11;
         if (at == tensor_type::bf16) e[i] = std::fabs(x[i]) * 0x1p-8;
     }
-    if (at == tensor_type::q8_0 || at == tensor_type::q8_k) {
+    if (at == tensor_type::q8_0 || at == tensor_type::q8_1 || at == tensor_type::q8_k) {
         for (size_t b = 0; b < x.size(); b += block) {
             double amax = 0;
             for (size_t j = 0; j < block; ++j) amax = std::max(amax, double(std::fabs(x[b + j])));
             const double d = amax / 127;
-            // Q8_0 stores d as f16: 127 codes times its 2^-11 relative rounding.
-            const double bound = at == tensor_type::q8_0 ? d * (0.5 + 127 * 0x1p-11) : d * 0.5 * (1 + 1e-6);
+            // Q8_0 and Q8_1 store d as f16: 127 codes times its 2^-11 relative rounding.
+            const double bound = at == tensor_type::q8_k ? d * 0.5 * (1 + 1e-6) : d * (0.5 + 127 * 0x1p-11);
             for (size_t j = 0; j < block; ++j) e[b + j] = bound;
         }
     }
     return e;
+}
+
+// Q5_1's offset is dotted through Q8_1's s = f16(d * sum(q)) with the unrounded d:
+// besides the codes' rounding, s is off by at most |sum(q)| * d * 2^-10 from the
+// stored d times the codes' sum, weighted by the block's offset (at most its largest
+// |value|). Zero for the other activation formats.
+double offset_rounding_bound(tensor_type weight_type, const std::vector<float> & w_decoded,
+                             const std::vector<float> & x) {
+    if (active_kernels(weight_type)->vec_dot_type != tensor_type::q8_1) return 0.0;
+    double bound = 0;
+    for (size_t b = 0; b < x.size(); b += 32) {
+        double w_max = 0, x_abs = 0;
+        for (size_t j = 0; j < 32; ++j) {
+            w_max = std::max(w_max, double(std::fabs(w_decoded[b + j])));
+            x_abs += std::fabs(x[b + j]);
+        }
+        bound += w_max * x_abs * 0x1p-10 * 1.01;
+    }
+    return bound;
 }
 
 class vec_dot_per_type : public ::testing::TestWithParam<tensor_type> {};
@@ -131,7 +178,8 @@ TEST_P(vec_dot_per_type, EqualsDotOfDecodedRows) {
             // f32 rounding: at most ~n/8 accumulation steps per lane (float types) or per
             // block partial products and sums (quantized types, whose scale and min
             // parts are each at most about max|w| * sum|a|).
-            const double bound = 2e-5 * (abs_sum + w_max * a_abs_sum) * (double(n) / 1024 + 1);
+            const double bound = 2e-5 * (abs_sum + w_max * a_abs_sum) * (double(n) / 1024 + 1) +
+                                 offset_rounding_bound(t, wd, ad);
             EXPECT_NEAR(got, exact, bound) << "n " << n << " seed " << seed;
         }
     }
@@ -154,6 +202,7 @@ TEST_P(vec_dot_per_type, ErrorAgainstF32ActivationsIsBoundedByActivationRounding
             bound += std::fabs(wd[i]) * e[i];
             abs_sum += std::fabs(double(wd[i]) * x[i]);
         }
+        bound += offset_rounding_bound(t, wd, x);
         const float got = vec_dot(w.data(), encode_activation(t, x).data(), n);
         EXPECT_NEAR(got, exact, bound + 1e-4 * abs_sum) << "seed " << seed;
         if (t != tensor_type::f32) {

@@ -67,7 +67,12 @@ INSTANTIATE_TEST_SUITE_P(types, batch_invariance,
                                            invariance_case{"llama_q4_0", "llama", "Q4_0", kv_dtype::f16},
                                            invariance_case{"llama_q4_k", "llama", "Q4_K", kv_dtype::f16},
                                            invariance_case{"llama_q6_k", "llama", "Q6_K", kv_dtype::f16},
-                                           invariance_case{"qwen2_q4_k_m", "qwen2", "Q4_K_M", kv_dtype::f16}),
+                                           invariance_case{"qwen2_q4_k_m", "qwen2", "Q4_K_M", kv_dtype::f16},
+                                           invariance_case{"llama3_q4_k_m", "llama3", "Q4_K_M", kv_dtype::f16},
+                                           invariance_case{"qwen3_q4_k_m", "qwen3", "Q4_K_M", kv_dtype::f16},
+                                           invariance_case{"gemma3_q4_k_m", "gemma3", "Q4_K_M", kv_dtype::f16},
+                                           invariance_case{"gemma3_f32_kvf32", "gemma3", "F32", kv_dtype::f32},
+                                           invariance_case{"phi3_q4_k_m", "phi3", "Q4_K_M", kv_dtype::f16}),
                          [](const auto & info) { return std::string(info.param.name); });
 
 // A batch longer than one internal pass of forward_layers (256 tokens) gives the bits

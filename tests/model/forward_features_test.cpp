@@ -6,6 +6,7 @@
 // key would fail).
 #include "model_fixture.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -26,24 +27,6 @@ std::vector<token_id> sample_ids(int n, int32_t n_vocab) {
         ids.push_back(static_cast<token_id>((x >> 8) % static_cast<uint32_t>(n_vocab)));
     }
     return ids;
-}
-
-std::shared_ptr<const gguf::file> parse(const gguf::writer & w) {
-    auto f = gguf::file::from_bytes(w.to_bytes());
-    EXPECT_TRUE(f.is_ok()) << f.error().to_string();
-    if (!f.is_ok()) return nullptr;
-    return std::shared_ptr<const gguf::file>(std::move(f).value());
-}
-
-// A writer holding `f`'s metadata and tensors, minus the tensor named `drop`.
-gguf::writer copy_without(const gguf::file & f, const std::string & drop) {
-    gguf::writer w;
-    for (const auto & [key, v] : f.metadata()) w.set(key, v);
-    for (const auto & t : f.tensors()) {
-        if (t.name == drop) continue;
-        w.add_tensor(t.name, t.dims, t.type, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
-    }
-    return w;
 }
 
 // Logits of `ids` run as two stages, layers [0, split) and [split, n_layer), the
@@ -110,10 +93,31 @@ INSTANTIATE_TEST_SUITE_P(types, tied_head, ::testing::Values("F32", "Q4_K"));
 // ---- naive reference forward pass (double precision) ----
 
 struct reference_rope {
+    reference_rope(int32_t n_rot_ = 0, double base_ = 10000, double scale_ = 1) : n_rot(n_rot_), base(base_), scale(scale_) {}
     int32_t n_rot = 0;     // rotated dimensions per head (0: the whole head)
     double  base = 10000;  // freq_base
     double  scale = 1;     // 1 / linear scaling factor
+    std::vector<double> factors;  // per-pair divisors of the angle (rope_freqs); empty: none
+    // YaRN (docs/model.md): pairs below `low` keep the unscaled angle, above `high` the
+    // scaled one, linear between; cos and sin times mscale.
+    bool   yarn = false;
+    double low = 0, high = 0, mscale = 1;
 };
+
+// YaRN's ramp corners and magnitude for a scaling factor and original context, from the
+// formulas in docs/model.md.
+reference_rope yarn_rope(int32_t n_rot, double base, double factor, double n_ctx_orig, double beta_fast, double beta_slow) {
+    reference_rope r;
+    r.n_rot = n_rot;
+    r.base = base;
+    r.scale = 1 / factor;
+    r.yarn = true;
+    const auto corr_dim = [&](double beta) { return n_rot * std::log(n_ctx_orig / (beta * 2 * M_PI)) / (2 * std::log(base)); };
+    r.low = std::max(0.0, std::floor(corr_dim(beta_fast)));
+    r.high = std::min(n_rot - 1.0, std::ceil(corr_dim(beta_slow)));
+    r.mscale = 1 + 0.1 * std::log(factor);
+    return r;
+}
 
 std::vector<double> tensor_f64(const gguf::file & f, const std::string & name) {
     const gguf::tensor_info * t = f.find_tensor(name);
@@ -147,11 +151,17 @@ std::vector<double> rms_norm(const std::vector<double> & x, const std::vector<do
 // (2i, 2i+1), qwen2 (neox) pairs (i, i + n_rot/2); dimensions from n_rot on stay.
 void rope(double * head, int32_t n_rot, bool neox, int64_t pos, const reference_rope & r) {
     for (int32_t i = 0; i < n_rot / 2; ++i) {
-        const double angle = static_cast<double>(pos) * r.scale * std::pow(r.base, -2.0 * i / n_rot);
+        const double extrap = static_cast<double>(pos) * std::pow(r.base, -2.0 * i / n_rot) / (r.factors.empty() ? 1.0 : r.factors[i]);
+        double angle = r.scale * extrap, m = 1;
+        if (r.yarn) {
+            const double ramp = 1 - std::clamp((i - r.low) / std::max(0.001, r.high - r.low), 0.0, 1.0);
+            angle = angle * (1 - ramp) + extrap * ramp;
+            m = r.mscale;
+        }
         const int32_t a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
         const double x0 = head[a], x1 = head[b];
-        head[a] = x0 * std::cos(angle) - x1 * std::sin(angle);
-        head[b] = x0 * std::sin(angle) + x1 * std::cos(angle);
+        head[a] = (x0 * std::cos(angle) - x1 * std::sin(angle)) * m;
+        head[b] = (x0 * std::sin(angle) + x1 * std::cos(angle)) * m;
     }
 }
 
@@ -160,7 +170,7 @@ std::vector<double> reference_logits(const gguf::file & f, const synthetic_model
                                      const reference_rope & r) {
     const bool neox = o.arch == "qwen2";
     const int32_t hd = o.n_embd / o.n_head, group = o.n_head / o.n_head_kv, n_rot = r.n_rot ? r.n_rot : hd;
-    const double eps = *f.get_float(o.arch + ".attention.layer_norm_rms_epsilon");
+    const double eps = *f.get_float(*f.get_string("general.architecture") + ".attention.layer_norm_rms_epsilon");
     const size_t n = ids.size(), E = static_cast<size_t>(o.n_embd);
     const auto embd = tensor_f64(f, "token_embd.weight");
     std::vector<std::vector<double>> x(n);
@@ -290,6 +300,63 @@ TEST(rope, FreqBaseIsRead) {
     // Mistral-style llama files use a base of 1e6.
     const auto base = [](gguf::writer & w) { w.set("llama.rope.freq_base", gguf::value::make_f32(1e6f)); };
     expect_rope({rope_model("llama"), base}, {0, 1e6, 1}, {0, 1e4, 1});
+}
+
+// Llama 3.1+ files carry their RoPE scaling only as rope_freqs.weight: every angle is
+// divided by its pair's factor, and ignoring the tensor is far off. (The factors of
+// Llama 3.1's formula, which make-model --arch llama3 writes, touch only pairs whose
+// wavelength exceeds 2048 positions, too little to tell apart here; these are larger.)
+TEST(rope, Llama3FrequencyFactorsDivideTheAngles) {
+    auto o = rope_model("llama3");
+    auto w = build_synthetic_model(o);
+    ASSERT_TRUE(w.is_ok()) << w.error().to_string();
+    auto made = parse(*w);
+    ASSERT_NE(made, nullptr);
+    ASSERT_NE(made->find_tensor("rope_freqs.weight"), nullptr) << "make-model --arch llama3 writes the factors";
+    const std::vector<float> factors = {0.25f, 0.5f, 1, 2, 4, 8, 16, 32};
+    gguf::writer edited = copy_without(*made, "rope_freqs.weight");
+    std::vector<uint8_t> bytes(factors.size() * 4);
+    std::memcpy(bytes.data(), factors.data(), bytes.size());
+    edited.add_tensor("rope_freqs.weight", {8}, tensor_type::f32, std::move(bytes));
+    auto file = parse(edited);
+    ASSERT_NE(file, nullptr);
+    reference_rope right{0, 5e5, 1};
+    right.factors.assign(factors.begin(), factors.end());
+    const auto ids = sample_ids(24, o.n_vocab);
+    const auto got = eval_logits(file, ids, {0, 1, kv_dtype::f32});
+    EXPECT_LT(max_abs_diff(got, reference_logits(*file, o, ids, right)), k_tolerance);
+    EXPECT_GT(max_abs_diff(got, reference_logits(*file, o, ids, {0, 5e5, 1})), k_far);
+    // A slice that does not own layer 0 binds the factors too: a split equals the whole.
+    EXPECT_TRUE(bitwise_equal(eval_split(file, ids, 1), eval_logits(file, ids, {}))) << "split";
+}
+
+TEST(rope, YarnMatchesTheReference) {
+    const auto yarn = [](gguf::writer & w) {
+        w.set("llama.rope.scaling.type", gguf::value::make_string("yarn"));
+        w.set("llama.rope.scaling.factor", gguf::value::make_f32(4.0f));
+        w.set("llama.rope.scaling.original_context_length", gguf::value::make_u32(4096));
+    };
+    const reference_rope right = yarn_rope(16, 1e4, 4, 4096, 32, 1);
+    ASSERT_GT(right.high, right.low + 2) << "the ramp spans several pairs";
+    expect_rope({rope_model("llama"), yarn}, right, {0, 1e4, 1});
+    // Without the ramp (linear scaling, YaRN's magnitude): still far.
+    reference_rope no_ramp = right;
+    no_ramp.yarn = false;
+    expect_rope({rope_model("llama"), yarn}, right, no_ramp);
+    // The beta keys move the ramp (to pairs [2, 5] from the defaults' [1, 4]; the
+    // tolerance tells them apart); qwen2's NeoX pairs take it the same way.
+    const auto betas = [](const std::string & arch) {
+        return [arch](gguf::writer & w) {
+            w.set(arch + ".rope.scaling.type", gguf::value::make_string("yarn"));
+            w.set(arch + ".rope.scaling.factor", gguf::value::make_f32(8.0f));
+            w.set(arch + ".rope.scaling.original_context_length", gguf::value::make_u32(4096));
+            w.set(arch + ".rope.scaling.yarn_beta_fast", gguf::value::make_f32(4.0f));
+            w.set(arch + ".rope.scaling.yarn_beta_slow", gguf::value::make_f32(0.5f));
+        };
+    };
+    const reference_rope moved = yarn_rope(16, 1e6, 8, 4096, 4, 0.5);
+    ASSERT_NE(moved.low, yarn_rope(16, 1e6, 8, 4096, 32, 1).low);
+    expect_rope({rope_model("qwen2"), betas("qwen2")}, moved, {0, 1e6, 1});
 }
 
 TEST(rope, AllTogetherWithATiedHead) {

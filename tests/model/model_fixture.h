@@ -11,6 +11,24 @@
 
 namespace skippy::testing {
 
+inline std::shared_ptr<const gguf::file> parse(const gguf::writer & w) {
+    auto f = gguf::file::from_bytes(w.to_bytes());
+    EXPECT_TRUE(f.is_ok()) << f.error().to_string();
+    if (!f.is_ok()) return nullptr;
+    return std::shared_ptr<const gguf::file>(std::move(f).value());
+}
+
+// A writer holding `f`'s metadata and tensors, minus the tensor named `drop` (none: "").
+inline gguf::writer copy_without(const gguf::file & f, const std::string & drop) {
+    gguf::writer w;
+    for (const auto & [key, v] : f.metadata()) w.set(key, v);
+    for (const auto & t : f.tensors()) {
+        if (t.name == drop) continue;
+        w.add_tensor(t.name, t.dims, t.type, std::vector<uint8_t>(t.data, t.data + t.n_bytes));
+    }
+    return w;
+}
+
 inline std::shared_ptr<const gguf::file> synthetic_model(synthetic_model_options o) {
     auto w = build_synthetic_model(o);
     EXPECT_TRUE(w.is_ok()) << w.error().to_string();

@@ -130,6 +130,19 @@ TEST(pretokenize, Qwen2SplitsEveryDigit) {
     EXPECT_EQ(split("qwen2", "x 123"), (words{"x", " ", "1", "2", "3"}));
 }
 
+TEST(pretokenize, Gpt4oSplitsWordsByCase) {
+    EXPECT_EQ(split("gpt-4o", "camelCaseWord"), (words{"camel", "Case", "Word"}));
+    EXPECT_EQ(split("gpt-4o", "HTTPServer ALLCAPS"), (words{"HTTPServer", " ALLCAPS"}));
+    EXPECT_EQ(split("gpt-4o", "YOU'RE won't"), (words{"YOU'RE", " won't"}));  // contractions stay on
+    EXPECT_EQ(split("gpt-4o", "12345"), (words{"123", "45"}));
+    EXPECT_EQ(split("gpt-4o", "a//\nb"), (words{"a", "//\n", "b"}));       // symbols keep / and newlines
+    EXPECT_EQ(split("gpt-4o", "\xC3\x89" "cole"), (words{"\xC3\x89" "cole"}));  // non-ASCII letters are both cases
+    // A combining mark (U+0941) is no letter: it leads the next word.
+    EXPECT_EQ(split("gpt-4o", "\xE0\xA4\xA6\xE0\xA5\x81\xE0\xA4\xA8"),
+              (words{"\xE0\xA4\xA6", "\xE0\xA5\x81\xE0\xA4\xA8"}));
+    EXPECT_EQ(split("llama4", "camelCase"), (words{"camel", "Case"}));
+}
+
 TEST(pretokenize, StarcoderSplitsEveryDigitFirst) {
     EXPECT_EQ(split("starcoder", "x 123"), (words{"x", " ", "1", "2", "3"}));
 }

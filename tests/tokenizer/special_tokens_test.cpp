@@ -186,6 +186,61 @@ TEST(end_of_generation, CollectsEosEotEomAndKnownTexts) {
     EXPECT_EQ(t->token_to_piece(im_end), "");
 }
 
+// Harmony: with <|return|> and <|call|> in the set, <|end|> closes a message, not the
+// answer; it becomes user-defined. The harmony markers are user-defined too.
+TEST(end_of_generation, HarmonyEndIsNotTheEndWhenReturnAndCallExist) {
+    special_case c;
+    const token_id ret = c.v.add("<|return|>", 0, token_kind::control);
+    const token_id call = c.v.add("<|call|>", 0, token_kind::control);
+    const token_id end = c.v.add("<|end|>", 0, token_kind::control);
+    const token_id start = c.v.add("<|start|>", 0, token_kind::control);
+    const token_id channel = c.v.add("<|channel|>", 0, token_kind::control);
+    const token_id message = c.v.add("<|message|>", 0, token_kind::control);
+    const token_id constrain = c.v.add("<|constrain|>", 0, token_kind::control);
+    c.v.set("tokenizer.ggml.eos_token_id", gguf::value::make_u32(static_cast<uint32_t>(ret)));
+    auto t = build_or_fail(c.v);
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->end_of_generation_ids(), (ids{ret, call}));
+    for (token_id id : {end, start, channel, message, constrain}) {
+        EXPECT_EQ(t->kind(id), token_kind::user_defined) << t->token_text(id);
+        EXPECT_FALSE(t->is_end_of_generation(id)) << t->token_text(id);
+    }
+    EXPECT_EQ(t->tokenize("a<|end|><|start|>", false, false), (ids{'a', end, start}));
+    EXPECT_EQ(t->detokenize({channel, 'a', end}), "<|channel|>a<|end|>");
+}
+
+// Phi-3 ends its turns with <|end|> and has no <|return|>/<|call|>: there it is the end.
+TEST(end_of_generation, EndAloneEndsTheGeneration) {
+    special_case c;
+    const token_id end = c.v.add("<|end|>", 0, token_kind::control);
+    const token_id call = c.v.add("<|call|>", 0, token_kind::control);
+    auto t = build_or_fail(c.v);
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->end_of_generation_ids(), (ids{end, call}));
+    EXPECT_EQ(t->kind(end), token_kind::control);
+}
+
+// FIM pad / repository / file-separator tokens end a generation; found by text when the
+// file has no key, and a key of -1 ("none") turns that off.
+TEST(end_of_generation, FimTokensByTextOrKey) {
+    special_case c;
+    const token_id pad = c.v.add("<|fim_pad|>", 0, token_kind::normal);
+    const token_id repo = c.v.add("<|repo_name|>", 0, token_kind::control);
+    const token_id sep = c.v.add("<|file_sep|>", 0, token_kind::control);
+    const token_id mine = c.v.add("<my_sep>", 0, token_kind::control);
+    auto t = build_or_fail(c.v);
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->end_of_generation_ids(), (ids{pad, repo, sep}));
+    EXPECT_EQ(t->kind(pad), token_kind::control) << "found by text, so forced to control";
+
+    c.v.set("tokenizer.ggml.fim_pad_token_id", gguf::value::make_i32(-1));
+    c.v.set("tokenizer.ggml.fim_sep_token_id", gguf::value::make_u32(static_cast<uint32_t>(mine)));
+    auto keyed = build_or_fail(c.v);
+    ASSERT_TRUE(keyed);
+    EXPECT_EQ(keyed->end_of_generation_ids(), (ids{repo, mine}));
+    EXPECT_EQ(keyed->kind(pad), token_kind::normal);
+}
+
 TEST(lookups, FindTokenAndTokenText) {
     special_case c;
     const token_id tool = c.v.add("<tool>", 0, token_kind::user_defined);

@@ -32,6 +32,9 @@ TEST_P(chain_parity, EverySplitMatchesTheMonolithicRun) {
     }
     std::vector<int32_t> splits = {2, 3};
     if (name == "stories260K") splits.push_back(5);
+    for (const char * family : {"synth-llama3-", "synth-qwen3-", "synth-gemma3-", "synth-phi3-"}) {
+        if (name.starts_with(family)) splits.push_back(4);
+    }
     for (int32_t n_stages : splits) {
         if (n_stages > n_layer) continue;
         auto chain = embedded_chain(file, n_stages, 1, 2);
@@ -50,7 +53,12 @@ INSTANTIATE_TEST_SUITE_P(shared, chain_parity,
                          ::testing::Values("stories260K", "synth-llama-f32", "synth-llama-F16", "synth-llama-BF16",
                                            "synth-llama-Q8_0", "synth-llama-Q4_0", "synth-llama-Q4_K-pure",
                                            "synth-llama-Q4_K_M", "synth-llama-Q6_K", "synth-qwen2-f32",
-                                           "synth-qwen2-Q8_0", "synth-qwen2-Q4_K_M"),
+                                           "synth-qwen2-Q8_0", "synth-qwen2-Q4_K_M", "synth-llama-Q5_0",
+                                           "synth-llama-Q5_1", "synth-llama-Q5_K_M", "synth-llama-Q3_K_M",
+                                           "synth-llama-Q2_K", "synth-llama-IQ4_NL", "synth-llama-IQ4_XS",
+                                           "synth-llama3-f32", "synth-llama3-Q4_K_M", "synth-qwen3-f32",
+                                           "synth-qwen3-Q4_K_M", "synth-gemma3-f32", "synth-gemma3-Q4_K_M",
+                                           "synth-phi3-f32", "synth-phi3-Q4_K_M"),
                          [](const auto & info) {
                              std::string s = info.param;
                              for (char & ch : s) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';

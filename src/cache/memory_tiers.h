@@ -1,0 +1,72 @@
+// The two in-memory tiers behind cache_tier_i (tier.h): resident entries (pool
+// blocks, resident_cache.h) and exact-state entries (pages in the blob store,
+// exact_state_store.h). Both live in the stage cache's radix index and are called with
+// the stage cache's lock held (does_io() == false).
+#pragma once
+
+#include "cache/exact_state_store.h"
+#include "cache/kv_backend.h"
+#include "cache/radix_index.h"
+#include "cache/resident_cache.h"
+#include "cache/tier.h"
+
+#include <functional>
+
+namespace skippy::cache {
+
+class resident_tier final : public cache_tier_i {
+public:
+    // keep(ev) runs before an evicted entry's blocks go and says whether another tier
+    // holds its prefix afterwards (demoted or already there). REQUIRES: cache, index
+    // and backend outlive the tier.
+    resident_tier(resident_cache & cache, radix_index & index, kv_backend_i & backend,
+                  std::function<bool(const evicted_resident &)> keep);
+
+    cache_tier id() const override { return cache_tier::resident; }
+    bool enabled() const override { return cache_.enabled(); }
+    bool does_io() const override { return false; }
+    tier_peek_result peek(const tier_peek_request & req) override;
+    tier_restore_result restore(const tier_restore_request & req) override;
+    tier_record_result record(const tier_record_request & req) override;
+    tier_store_result store(const tier_store_request & req) override;
+    tier_evict_result evict(const tier_evict_request & req) override;
+    tier_stats stats() const override;
+
+    // The hook resident_cache calls on every eviction (it counts kept entries).
+    const evict_hook & hook() const { return hook_; }
+
+private:
+    resident_cache &                              cache_;
+    radix_index &                                 index_;
+    kv_backend_i &                                backend_;
+    std::function<bool(const evicted_resident &)> keep_;
+    evict_hook                                    hook_;
+    int64_t                                       n_kept_ = 0;
+};
+
+class exact_tier final : public cache_tier_i {
+public:
+    // REQUIRES: store, index and backend outlive the tier.
+    exact_tier(exact_state_store & store, radix_index & index, kv_backend_i & backend);
+
+    cache_tier id() const override { return cache_tier::exact_state; }
+    bool enabled() const override { return store_.config().hard_limit_bytes > 0; }
+    bool does_io() const override { return false; }
+    tier_peek_result peek(const tier_peek_request & req) override;
+    // Imports the entry's pages up to the one covering n_tokens; a page failing
+    // validation quarantines the entry.
+    tier_restore_result restore(const tier_restore_request & req) override;
+    // covered when an entry holds exactly these tokens, else wants_pages.
+    tier_record_result record(const tier_record_request & req) override;
+    tier_store_result store(const tier_store_request & req) override;
+    tier_evict_result evict(const tier_evict_request & req) override;
+    tier_stats stats() const override;
+
+private:
+    exact_state_store & store_;
+    radix_index &       index_;
+    kv_backend_i &      backend_;
+    int64_t             n_errors_ = 0;
+};
+
+}  // namespace skippy::cache

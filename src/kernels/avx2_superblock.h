@@ -1,0 +1,222 @@
+// AVX2 products of 256-value super-blocks with Q8_K activations, for the formats whose
+// reference (quants_common.h) is
+//   isum = sum_j sc_j * sum(v * q_x over sub-block j)          exactly in int32
+//   imin = sum_j m_j * (sum of q_x over sub-block j, bsums)    (formats with mins)
+//   sum += (d_w * d_x) * isum [- (dmin_w * d_x) * imin]        in super-block order
+// (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS; internal to kernels, AVX2 files only, see
+// avx2_util.h).
+//
+// A format W provides:
+//   block_bytes, off_d, off_dmin (formats with mins)
+//   has_min     the float step subtracts (dmin_w * d_x) * imin
+//   has_bias    isum starts from madd(bsums, bias): the part of a constant offset of
+//               the codes (Q3_K's values are codes 0..7 minus 4, Q6_K's 0..63 minus 32)
+//   is_signed   values are signed (taken |w| times x with w's sign; |w| <= 127, and
+//               Q8_K codes are never -128); otherwise unsigned codes, |code * x| pairs
+//               within int16
+//   n_groups, per_group   the 8 vectors of 32 values come out per_group at a time
+//   struct scales;  scales load_scales(wb)
+//   void group(wb, g, q[per_group])   value vectors g * per_group + k, in value order
+//   __m256i scale_vec(s, v)     16 int16 multipliers for the pair sums of vector v
+//   __m256i bias(s)             16 int16 per 16 values, for madd with bsums (has_bias)
+//   __m256i mins(s)             16 int16 per 16 values, for madd with bsums (has_min)
+// maddubs forms the pair sums, madd applies the sub-block scales while widening to
+// int32; all integer sums are exact, so their order is free. The float step runs one
+// output per lane (avx2_util.h), so results equal the reference's bit for bit.
+#pragma once
+
+#include "kernels/avx2_util.h"
+#include "kernels/blocks.h"
+
+namespace skippy::kernels::avx2 {
+namespace {
+
+template <typename W>
+inline __m256i pair_sums(__m256i q, __m256i x) {
+    if constexpr (W::is_signed) {
+        return _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q));
+    } else {
+        return _mm256_maddubs_epi16(q, x);
+    }
+}
+
+// 16 int16 sub-block scales for the pair sums of value vector v when sub-blocks hold
+// 16 values: lanes 0-7 take byte 2v of s (16 int8 scales), lanes 8-15 byte 2v + 1.
+inline __m256i scales_of_16(__m128i s, int v) {
+    const __m128i pick = _mm_or_si128(_mm_set1_epi8(static_cast<char>(2 * v)),
+                                      _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(s, pick));
+}
+
+// For sub-blocks of 32 values: 8 int8 scales (the low bytes of s) as 32-bit units
+// (sc_j, sc_j) of int16, so unit v broadcast is vector v's multiplier.
+inline __m256i scale_units_of_8(__m128i s) { return _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s, s)); }
+inline __m256i scales_of_32(__m256i units, int v) { return _mm256_permutevar8x32_epi32(units, _mm256_set1_epi32(v)); }
+
+// The eight 6-bit scales and mins of a Q4_K / Q5_K super-block (blocks.h), four bytes
+// at a time: the scales as scale_units_of_8, the mins duplicated pairwise as 16 int16
+// (m0, m0, m1, m1, ...) since bsums cover 16 values.
+struct k4_scales {
+    __m256i sc_units;
+    __m256i m;
+};
+
+inline k4_scales unpack_scales_k4(const uint8_t * s) {
+    uint32_t u0, u1, u2;
+    std::memcpy(&u0, s, 4);
+    std::memcpy(&u1, s + 4, 4);
+    std::memcpy(&u2, s + 8, 4);
+    const uint32_t sc_lo = u0 & 0x3f3f3f3fu;
+    const uint32_t m_lo = u1 & 0x3f3f3f3fu;
+    const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
+    const uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
+    const __m128i sc8 = _mm_cvtsi64_si128(static_cast<int64_t>(sc_lo | static_cast<uint64_t>(sc_hi) << 32));
+    const __m128i m8 = _mm_cvtsi64_si128(static_cast<int64_t>(m_lo | static_cast<uint64_t>(m_hi) << 32));
+    return {scale_units_of_8(sc8), _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8))};
+}
+
+template <typename W>
+struct superblock_kernel {
+    static constexpr int64_t block_elems = qk_k;
+    static constexpr int64_t chunk_blocks = 64;
+    static constexpr size_t wbb = W::block_bytes;
+    static constexpr size_t xbb = q8_k_block_bytes;
+    using scales = typename W::scales;
+
+    // 8 int32 partial sums of isum for one super-block and one token.
+    static __m256i isum(const uint8_t * wb, const uint8_t * xb, const scales & s) {
+        __m256i acc = _mm256_setzero_si256();
+        if constexpr (W::has_bias) acc = _mm256_madd_epi16(loadu_256(xb + q8_k_off_bsums), W::bias(s));
+        #pragma GCC unroll 8
+        for (int g = 0; g < W::n_groups; ++g) {
+            __m256i q[W::per_group];
+            W::group(wb, g, q);
+            #pragma GCC unroll 8
+            for (int k = 0; k < W::per_group; ++k) {
+                const int v = g * W::per_group + k;
+                const __m256i p = pair_sums<W>(q[k], loadu_256(xb + q8_k_off_qs + 32 * v));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, W::scale_vec(s, v)));
+            }
+        }
+        return acc;
+    }
+
+    static __m256i imin(const uint8_t * xb, const scales & s) {
+        if constexpr (W::has_min) {
+            return _mm256_madd_epi16(loadu_256(xb + q8_k_off_bsums), W::mins(s));
+        } else {
+            return _mm256_setzero_si256();
+        }
+    }
+
+    // Reference float step, one output per lane.
+    static __m256 accumulate(__m256 acc, __m256 dw, __m256 dminw, __m256 dx, __m256i is, __m256i im) {
+        const __m256 t = _mm256_mul_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(is));
+        if constexpr (W::has_min) {
+            return _mm256_add_ps(acc, _mm256_sub_ps(t, _mm256_mul_ps(_mm256_mul_ps(dminw, dx), _mm256_cvtepi32_ps(im))));
+        } else {
+            return _mm256_add_ps(acc, t);
+        }
+    }
+
+    static float dmin_of(const uint8_t * wb) {
+        if constexpr (W::has_min) {
+            return f16_at(wb + W::off_dmin);
+        } else {
+            return 0.0f;
+        }
+    }
+
+    struct token_group {
+        __m256 dx[chunk_blocks];
+    };
+
+    static void prepare(token_group & g, const uint8_t * const x[8], int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b) {
+            const uint8_t * p[8];
+            #pragma GCC unroll 8
+            for (int i = 0; i < 8; ++i) p[i] = x[i] + b * xbb + q8_k_off_d;
+            g.dx[b - b0] = gather_f32(p);
+        }
+    }
+
+    static __m256 tokens8(const uint8_t * w, const uint8_t * const x[8], const token_group & g, int64_t b0, int64_t b1,
+                          __m256 acc) {
+        for (int64_t b = b0; b < b1; ++b) {
+            const uint8_t * wb = w + b * wbb;
+            const size_t xo = static_cast<size_t>(b) * xbb;
+            const scales s = W::load_scales(wb);
+            __m256i is[8], im[8];
+            #pragma GCC unroll 8
+            for (int i = 0; i < 8; ++i) {
+                is[i] = W::has_bias ? _mm256_madd_epi16(loadu_256(x[i] + xo + q8_k_off_bsums), W::bias(s))
+                                    : _mm256_setzero_si256();
+            }
+            #pragma GCC unroll 8
+            for (int gr = 0; gr < W::n_groups; ++gr) {
+                __m256i q[W::per_group];
+                W::group(wb, gr, q);
+                #pragma GCC unroll 8
+                for (int k = 0; k < W::per_group; ++k) {
+                    const int v = gr * W::per_group + k;
+                    const __m256i sv = W::scale_vec(s, v);
+                    #pragma GCC unroll 8
+                    for (int i = 0; i < 8; ++i) {
+                        const __m256i p = pair_sums<W>(q[k], loadu_256(x[i] + xo + q8_k_off_qs + 32 * v));
+                        is[i] = _mm256_add_epi32(is[i], _mm256_madd_epi16(p, sv));
+                    }
+                }
+            }
+            #pragma GCC unroll 8
+            for (int i = 0; i < 8; ++i) im[i] = imin(x[i] + xo, s);
+            acc = accumulate(acc, _mm256_set1_ps(f16_at(wb + W::off_d)), _mm256_set1_ps(dmin_of(wb)), g.dx[b - b0],
+                             reduce8(is), W::has_min ? reduce8(im) : _mm256_setzero_si256());
+        }
+        return acc;
+    }
+
+    static __m256 rows8(const uint8_t * const w[8], const uint8_t * x, int64_t nb, const uint8_t * next) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; ++b) {
+            if (next != nullptr) prefetch_span(next + b * 8 * wbb, 8 * wbb);
+            const uint8_t * xb = x + b * xbb;
+            const uint8_t * wd[8];
+            const uint8_t * wm[8];
+            __m256i is[8], im[8];
+            #pragma GCC unroll 8
+            for (int i = 0; i < 8; ++i) {
+                const uint8_t * wb = w[i] + b * wbb;
+                wd[i] = wb + W::off_d;
+                wm[i] = W::has_min ? wb + W::off_dmin : wd[i];
+                const scales s = W::load_scales(wb);
+                is[i] = isum(wb, xb, s);
+                im[i] = imin(xb, s);
+            }
+            acc = accumulate(acc, gather_f16(wd), W::has_min ? gather_f16(wm) : _mm256_setzero_ps(),
+                             _mm256_set1_ps(load_f32(xb + q8_k_off_d)), reduce8(is),
+                             W::has_min ? reduce8(im) : _mm256_setzero_si256());
+        }
+        return acc;
+    }
+
+    static float vec_dot(const uint8_t * w_row, const uint8_t * x_row, int64_t n) {
+        float sum = 0.0f;
+        for (int64_t ib = 0; ib < n / qk_k; ++ib) {
+            const uint8_t * wb = w_row + ib * wbb;
+            const uint8_t * xb = x_row + ib * xbb;
+            const scales s = W::load_scales(wb);
+            const float is = static_cast<float>(hsum_i32(isum(wb, xb, s)));
+            const float dx = load_f32(xb + q8_k_off_d);
+            const float t = (f16_at(wb + W::off_d) * dx) * is;
+            if constexpr (W::has_min) {
+                sum += t - (dmin_of(wb) * dx) * static_cast<float>(hsum_i32(imin(xb, s)));
+            } else {
+                sum += t;
+            }
+        }
+        return sum;
+    }
+};
+
+}  // namespace
+}  // namespace skippy::kernels::avx2

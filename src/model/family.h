@@ -1,0 +1,137 @@
+// Internal to src/model: what a model family (one graph builder) implements, the
+// per-layer weights it binds, and the table of GGUF tensor names.
+//
+// A family reads its own metadata, binds the tensors of one layer, and runs one layer
+// over the rows of a pass with the shared pieces of blocks.h. Adding a family is one
+// file family_<name>.cpp plus rows in families.cpp (and tensor names below if it has
+// new ones); nothing else in the forward pass changes.
+#pragma once
+
+#include "model/hparams_read.h"
+#include "model/model.h"
+
+#include <array>
+#include <string_view>
+
+namespace skippy {
+
+// Per-layer tensors as GGUF names them: blk.<il>.<name>.weight (or .bias).
+enum class tensor_role : uint8_t {
+    attn_norm,
+    attn_q,
+    attn_k,
+    attn_v,
+    attn_qkv,        // fused [q; k; v] rows (phi3)
+    attn_output,
+    attn_q_norm,     // per-head RMS norm weights (qwen3, gemma3)
+    attn_k_norm,
+    attn_post_norm,  // after the attention output (gemma3)
+    ffn_norm,
+    ffn_gate,
+    ffn_up,          // phi3: fused [gate; up] rows
+    ffn_down,
+    ffn_post_norm,   // after the feed-forward output (gemma3)
+    count,
+};
+
+inline constexpr std::array<std::string_view, static_cast<size_t>(tensor_role::count)> k_tensor_names = {
+    "attn_norm", "attn_q",   "attn_k",   "attn_v",   "attn_qkv",          "attn_output", "attn_q_norm",
+    "attn_k_norm", "post_attention_norm", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down",  "post_ffw_norm",
+};
+
+// The tensors of one layer. A family fills the slots it uses; the others stay empty.
+struct layer_weights {
+    layer_kind           kind = layer_kind::attention;
+    int32_t              rope_variant = 0;  // index into bound_layers::ropes
+    const float *        attn_norm = nullptr;
+    kernels::matrix_view wq, wk, wv, wqkv, wo;
+    const float *        bq = nullptr;
+    const float *        bk = nullptr;
+    const float *        bv = nullptr;
+    const float *        q_norm = nullptr;
+    const float *        k_norm = nullptr;
+    const float *        attn_post_norm = nullptr;
+    const float *        ffn_norm = nullptr;
+    kernels::matrix_view ffn_gate, ffn_up, ffn_down;
+    const float *        ffn_post_norm = nullptr;
+};
+
+// Binds the tensors of layer il, checking shapes and types.
+class tensor_binder {
+public:
+    tensor_binder(const gguf::file & file, int32_t il) : file_(file), il_(il) {}
+    int32_t il() const { return il_; }
+    std::string name(tensor_role role, std::string_view suffix = "weight") const;
+    bool has(tensor_role role, std::string_view suffix = "weight") const { return file_.find_tensor(name(role, suffix)) != nullptr; }
+    // A 2-D weight [n_cols, n_rows] of a type the kernels support; required.
+    result<kernels::matrix_view> matrix(tensor_role role, int64_t n_cols, int64_t n_rows) const;
+    // A 1-D F32 vector of n elements; null when absent and not required.
+    result<const float *> vector(tensor_role role, int64_t n, bool required, std::string_view suffix = "weight") const;
+
+private:
+    const gguf::file & file_;
+    int32_t            il_;
+};
+
+// Binding helpers shared with model_slice (global tensors).
+result<kernels::matrix_view> bind_matrix(const gguf::file & f, const std::string & name, int64_t n_cols, int64_t n_rows);
+result<const float *> bind_vector(const gguf::file & f, const std::string & name, int64_t n, bool required);
+
+// One rope variant of the slice with its per-pair frequency factors (null: none).
+struct rope_variant {
+    rope_params   params;
+    const float * freq_factors = nullptr;  // n_rot / 2 divisors of theta (rope_freqs, Phi-3 long/short)
+    float         corr_low = 0, corr_high = 0;  // YaRN ramp corners, in pairs (blocks::prepare_rope)
+    float         mscale = 1.0f;                // cos/sin magnitude (blocks::prepare_rope)
+};
+
+// Per-row cos/sin of one rope variant for the rows of a pass: row t's n_rot/2 pairs
+// start at t * half.
+struct rope_table {
+    const rope_params * params = nullptr;
+    const float *       cos = nullptr;
+    const float *       sin = nullptr;
+    int32_t             half = 0;
+};
+
+// One layer over the rows of a pass.
+struct layer_pass {
+    const model_hparams &                       hp;
+    int32_t                                     il = 0;  // local layer index (the KV layer)
+    float *                                     x = nullptr;  // [n_rows, n_embd], updated in place
+    int64_t                                     n_rows = 0;
+    std::span<const forward_workspace::row_ref> rows;    // per row: its sequence's KV and position
+    rope_table                                  rope;
+    forward_workspace &                         ws;
+    kernels::thread_pool *                      pool = nullptr;
+};
+
+class family_i {
+public:
+    virtual ~family_i() = default;
+    // Family keys and defaults, after the common keys are in hp (rope modes, biases,
+    // layer kinds, scales; hp.rope_swa is a copy of hp.rope).
+    virtual status read_hparams(const metadata_reader & r, model_hparams & hp) const = 0;
+    // Binds layer il (kind and rope_variant are set by the caller).
+    virtual status bind_layer(const tensor_binder & b, const model_hparams & hp, layer_weights & lw) const = 0;
+    // Runs one layer in place on p.x.
+    virtual void forward_layer(const layer_pass & p, const layer_weights & lw) const = 0;
+};
+
+// The family serving `general.architecture` = arch_name, or null (families.cpp).
+struct family_entry {
+    std::string_view arch_name;
+    model_arch       arch;
+    const family_i & family;
+};
+const family_entry * find_family(std::string_view arch_name);
+std::string family_names();  // "llama, qwen2, ..." for error texts
+
+// The layers a slice binds (model.h forward-declares it).
+struct model_slice::bound_layers {
+    const family_i *           family = nullptr;
+    std::vector<rope_variant>  ropes;   // [0]: attention layers, [1]: sliding-window layers
+    std::vector<layer_weights> layers;  // [0, range.size())
+};
+
+}  // namespace skippy

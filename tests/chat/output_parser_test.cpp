@@ -182,5 +182,28 @@ TEST(chat_output, harmony_malformed_is_text) {
     }
 }
 
+// Random texts made of marker fragments, JSON bits and text: whatever the model writes,
+// the parser neither crashes nor depends on how the text is split.
+TEST(chat_output, random_marker_soup_is_split_invariant) {
+    const std::vector<std::string> atoms = {
+        "<think>", "</think>", "<tool_call>", "</tool_call>", "<|channel|>", "<|message|>", "<|end|>", "<|start|>",
+        "assistant", "analysis", "final", "commentary", " to=functions.get_weather", " to=functions.x", "<|call|>",
+        "<|python_tag|>", "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"P\"}}",
+        "{\"name\": \"get_weather\", \"parameters\": {}}", "{", "}", "\"", "\n", " ", "<", "|", "text", "\xff"};
+    uint64_t state = 12345;
+    auto next = [&] {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        return static_cast<size_t>(state >> 33);
+    };
+    for (const output_format & f : {hermes_format(), llama3_format(), harmony_format()}) {
+        for (int round = 0; round < 150; ++round) {
+            std::string text;
+            const size_t n = 1 + next() % 12;
+            for (size_t i = 0; i < n; ++i) text += atoms[next() % atoms.size()];
+            expect_split_invariant(f, text);
+        }
+    }
+}
+
 }  // namespace
 }  // namespace skippy::chat

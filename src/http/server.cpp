@@ -181,6 +181,10 @@ struct generation_job {
     completion_request    request;
     std::vector<token_id> prompt;
     chat::output_format   format;  // chat: how to read the output
+    // tool_choice required / named: the GBNF that admits only the call(s)
+    // (chat::tool_call_grammar). Not yet applied: constraining sampling with it is the
+    // grammar-constrained sampler's job; until then the output is parsed as for auto.
+    std::string           tool_grammar;
     response_meta         meta;
     lane_lease            lease;
     channel_ptr           client;  // the way back; says when the client has gone
@@ -254,7 +258,7 @@ struct http_server::impl {
     void route(http_request req, channel_ptr ch);
     void handle_generation(const http_request & req, const channel_ptr & ch, endpoint kind);
     std::optional<api_error> tokenize_prompt(const completion_request & cr, std::vector<token_id> & out,
-                                             chat::output_format & format) const;
+                                             chat::output_format & format, std::string & tool_grammar) const;
     void handle_tokenize(const http_request & req, response_channel & ch, bool detokenize);
     run_outcome run(generation_job & job, const std::function<bool(std::string_view)> & emit);
     void finish_non_streaming(generation_job & job);
@@ -348,7 +352,7 @@ void http_server::impl::route(http_request req, channel_ptr ch) {
 }
 
 std::optional<api_error> http_server::impl::tokenize_prompt(const completion_request & cr, std::vector<token_id> & out,
-                                                            chat::output_format & format) const {
+                                                            chat::output_format & format, std::string & tool_grammar) const {
     if (cr.kind == endpoint::chat_completions) {
         chat::conversation conv;
         conv.messages = cr.messages;
@@ -365,6 +369,18 @@ std::optional<api_error> http_server::impl::tokenize_prompt(const completion_req
             return e;
         }
         format = rendered->format;
+        const auto mode = cr.tool_choice.mode;
+        if (mode == chat::tool_choice_mode::required || mode == chat::tool_choice_mode::named) {
+            // The grammar that forces the call; a schema it cannot read is the client's error.
+            auto g = chat::tool_call_grammar(format.tools, conv);
+            if (!g.is_ok()) {
+                api_error e = error_for_status(400, g.error().message());
+                e.param = "tools";
+                e.code = "invalid_value";
+                return e;
+            }
+            tool_grammar = std::move(g).value();
+        }
         out = chat::tokenize_prompt(tok, *chat_template, rendered->text);
     } else if (cr.prompt_is_tokens) {
         out = cr.prompt_tokens;
@@ -391,7 +407,7 @@ void http_server::impl::handle_generation(const http_request & req, const channe
     auto job = std::make_shared<generation_job>();
     job->arrival = clock::now();
     if (auto e = parse_request(req.body, kind, limits, job->request)) return send_error(*ch, *e);
-    if (auto e = tokenize_prompt(job->request, job->prompt, job->format)) return send_error(*ch, *e);
+    if (auto e = tokenize_prompt(job->request, job->prompt, job->format, job->tool_grammar)) return send_error(*ch, *e);
     job->meta.kind = kind;
     job->meta.id = make_response_id(kind);
     job->meta.created = static_cast<int64_t>(std::time(nullptr));

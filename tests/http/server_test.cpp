@@ -802,6 +802,19 @@ TEST_F(ServerTest, ToolMessagesGoThroughTheTemplateAndItsErrorsAre400) {
     EXPECT_EQ(json::parse(raised->body)["error"]["message"], "the template refuses this");
 }
 
+TEST_F(ServerTest, RequiredToolChoiceNeedsSchemasItsGrammarCanRead) {
+    start(1, 1, 1, hello_then_eos(), 256, nullptr, use_hermes);
+    auto ok = post("/v1/chat/completions", k_tool_chat + R"(,"tool_choice":"required"})");
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200) << ok->body;
+    auto bad = post("/v1/chat/completions",
+                    R"({"messages":[{"role":"user","content":"x"}],"tool_choice":{"type":"function","function":{"name":"f"}},)"
+                    R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object",)"
+                    R"("properties":{"a":{"$ref":"#/nowhere"}}}}}]})");
+    expect_openai_error(bad, 400);
+    EXPECT_EQ(json::parse(bad->body)["error"]["param"], "tools");
+}
+
 TEST_F(ServerTest, ToolsOnABuiltinTemplateAre400) {
     start(1, 1, 1, hello_then_eos());
     expect_openai_error(post("/v1/chat/completions", k_tool_chat + "}"), 400);

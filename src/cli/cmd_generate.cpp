@@ -1,5 +1,6 @@
 // skippy generate: text generation from a prompt.
 #include "base/log.h"
+#include "chat/chat.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "runtime/pipeline.h"
@@ -9,6 +10,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <random>
 
 namespace skippy::cli {
@@ -31,6 +33,8 @@ struct generate_options {
     int32_t     batch_size = 512;
     std::string prompts_file;
     bool        json = false;
+    bool        chat = false;          // --chat: the prompt is a user message of a chat
+    std::string chat_template;         // --chat-template FILE|NAME (implies --chat)
     runtime_flags runtime;
     chain_choice  chain;
 };
@@ -102,8 +106,24 @@ int run_generate(const generate_options & o) {
             return true;
         };
     }
+    std::optional<chat::chat_template> chat_template;
+    if (o.chat || !o.chat_template.empty()) {
+        auto t = o.chat_template.empty() ? chat::chat_template::of_model(**file, vocab)
+                                         : chat::chat_template::from_option(o.chat_template, vocab);
+        if (!t.is_ok()) return fail(t.error());
+        SKIPPY_LOG_INFO("chat template: %s", t->describe().c_str());
+        chat_template = std::move(t).value();
+    }
     for (size_t i = 0; i < prompts.size(); ++i) {
-        req.prompt = vocab.tokenize(prompts[i], vocab.add_bos_default(), false);
+        if (chat_template) {
+            chat::conversation conv;
+            conv.messages.push_back({"user", prompts[i], "", {}, "", ""});
+            auto rendered = chat_template->render(conv);
+            if (!rendered.is_ok()) return fail(rendered.error());
+            req.prompt = chat::tokenize_prompt(vocab, *chat_template, rendered->text);
+        } else {
+            req.prompt = vocab.tokenize(prompts[i], vocab.add_bos_default(), false);
+        }
         SKIPPY_LOG_DEBUG("prompt %zu: %zu tokens", i, req.prompt.size());
         auto res = run_generation(**pipeline, 0, req);
         if (!res.is_ok()) {
@@ -155,6 +175,9 @@ void add_generate_command(CLI::App & app, command_runner & run) {
         ->capture_default_str();
     add_number(cmd, "--seed", o->seed, "Sampling seed, 0 to 2^63-1 (default: random, logged)", int64_t(0), INT64_MAX);
     add_number(cmd, "-b,--batch-size", o->batch_size, "Prompt tokens per prefill chunk", 1, 1 << 16)->capture_default_str();
+    cmd->add_flag("--chat", o->chat, "Send the prompt as a user message through the model's chat template");
+    cmd->add_option("--chat-template", o->chat_template,
+                    "With --chat: a built-in template name or a Jinja file instead of the model's (implies --chat)");
     cmd->add_flag("--json", o->json, "Print one JSON line per prompt with text, tokens and timings");
     add_runtime_flags(cmd, o->runtime, 1);
     add_chain_flags(cmd, o->chain);

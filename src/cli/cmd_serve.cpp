@@ -1,7 +1,9 @@
 // skippy serve: the OpenAI-compatible HTTP server (docs/http-api.md).
 #include "base/log.h"
+#include "chat/chat.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "http/access.h"
 #include "http/server.h"
 #include "runtime/pipeline.h"
 #include "runtime/stage.h"
@@ -11,6 +13,8 @@
 #include "tokenizer/tokenizer.h"
 #include "transport/topology.h"
 
+#include <nlohmann/json.hpp>
+
 #include <pthread.h>
 #include <unistd.h>
 
@@ -18,6 +22,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 
 namespace skippy::cli {
@@ -38,6 +43,11 @@ struct serve_options {
     double      min_body_rate = 64 << 10;  // bytes per second
     int32_t     batch_size = 512;
     std::string alias;
+    std::string chat_template;       // --chat-template FILE|NAME ("" : the model's own)
+    std::string api_key;             // --api-key
+    std::string api_key_file;        // --api-key-file
+    std::string cors_origin;         // --cors-origin
+    std::string test_canned_output;  // --test-canned-output (a test hook)
     runtime_flags runtime;  // -t, --ctx-size, --lanes, --kv-type, --kv-cache*, --telemetry-*, ...
     chain_choice  chain;    // --stages N | --topology T.json
 };
@@ -110,10 +120,35 @@ int run_serve(const serve_options & o) {
     if (!file.is_ok()) return fail(file.error());
     auto tok = tokenizer::from_gguf(**file);
     if (!tok.is_ok()) return fail(tok.error());
-    const chat_template_family chat_template = detect_chat_template(**file);
+    // A template that does not parse is a load-time error naming the construct.
+    auto chat_template = o.chat_template.empty() ? chat::chat_template::of_model(**file, **tok)
+                                                 : chat::chat_template::from_option(o.chat_template, **tok);
+    if (!chat_template.is_ok()) return fail(chat_template.error());
+    const std::string template_text = chat_template->describe();
     SKIPPY_LOG_INFO("tokenizer: %s, %d tokens; chat template: %s",
-                    (*tok)->model() == tokenizer_model::spm ? "spm" : "bpe", (*tok)->n_vocab(),
-                    std::string(chat_template_family_name(chat_template)).c_str());
+                    (*tok)->model() == tokenizer_model::spm ? "spm" : "bpe", (*tok)->n_vocab(), template_text.c_str());
+    std::vector<std::string> api_keys;
+    if (!o.api_key.empty()) api_keys.push_back(o.api_key);
+    if (!o.api_key_file.empty()) {
+        auto keys = http::read_api_key_file(o.api_key_file);
+        if (!keys.is_ok()) return fail(keys.error());
+        api_keys.insert(api_keys.end(), keys->begin(), keys->end());
+    }
+    std::vector<std::string> canned;
+    if (!o.test_canned_output.empty()) {
+        std::ifstream in(o.test_canned_output);
+        const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+        if (j.is_discarded() || !j.is_array() || j.empty()) {
+            return fail(make_error(error_code::invalid_argument, "--test-canned-output " + o.test_canned_output +
+                                                                     " must hold a non-empty JSON array of strings"));
+        }
+        for (const auto & t : j) {
+            if (!t.is_string()) return fail(make_error(error_code::invalid_argument, "--test-canned-output: not a string"));
+            canned.push_back(t.get<std::string>());
+        }
+        SKIPPY_LOG_WARN("TEST HOOK: completions are the %zu canned texts of %s, not the model's", canned.size(),
+                        o.test_canned_output.c_str());
+    }
 
     // The stages this process runs: all of them with --stages N, stage 0 with --topology
     // (the others run in serve-stage processes).
@@ -157,10 +192,13 @@ int run_serve(const serve_options & o) {
     so.min_body_bytes_per_s = o.min_body_rate;
     so.model_id = !o.alias.empty() ? o.alias : std::filesystem::path(*model_path).stem().string();
     so.prefill_chunk_tokens = o.batch_size;
-    so.chat_template = chat_template;
+    so.chat_template = std::make_shared<const chat::chat_template>(std::move(chat_template).value());
+    so.api_keys = std::move(api_keys);
+    so.cors_origin = o.cors_origin;
+    so.test_canned_outputs = std::move(canned);
     http::http_server server(pipeline, **tok, so, metrics, events);
     if (status st = server.start(); !st.is_ok()) return fail(st);
-    if (o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1") {
+    if (o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1" && so.api_keys.empty()) {
         SKIPPY_LOG_WARN("listening on %s, not loopback: anyone who can reach it can use the server (no authentication)",
                         o.host.c_str());
     }
@@ -175,7 +213,7 @@ int run_serve(const serve_options & o) {
                     o.batch_size, o.queue, o.queue_timeout_s, static_cast<long long>(o.max_body_bytes),
                     server.max_connections(), o.head_timeout_s, o.body_timeout_s, o.min_body_rate, o.idle_timeout_s,
                     o.runtime.kv_cache.c_str(),
-                    std::string(chat_template_family_name(chat_template)).c_str(), events ? o.runtime.telemetry_level.c_str() : "off",
+                    template_text.c_str(), events ? o.runtime.telemetry_level.c_str() : "off",
                     events ? " -> " : "", events ? o.runtime.telemetry_file.c_str() : "");
 
     int signal_number = 0;
@@ -221,6 +259,16 @@ void add_serve_command(CLI::App & app, command_runner & run) {
         ->capture_default_str();
     add_number(cmd, "-b,--batch-size", o->batch_size, "Prompt tokens per prefill chunk", 1, 1 << 16)->capture_default_str();
     cmd->add_option("--alias", o->alias, "Model id in the API (default: the file name without .gguf)");
+    cmd->add_option("--chat-template", o->chat_template,
+                    "Chat template: a built-in name (plain, chatml, llama2, llama3, mistral, zephyr, gemma) or a Jinja "
+                    "file (default: the model's tokenizer.chat_template)");
+    cmd->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
+    cmd->add_option("--api-key-file", o->api_key_file, "Like --api-key, with the keys of this file (one per line)")
+        ->check(CLI::ExistingFile);
+    cmd->add_option("--cors-origin", o->cors_origin, "Allow browser calls from this origin ('*': any); default: no CORS");
+    cmd->add_option("--test-canned-output", o->test_canned_output,
+                    "TEST HOOK: a JSON array of texts; request k's completion is text k mod n instead of the model's")
+        ->check(CLI::ExistingFile);
     add_runtime_flags(cmd, o->runtime, 4);
     cmd->callback([&run, o] {
         if (o->model_path.empty() && o->chain.topology_path.empty()) throw CLI::RequiredError("--model (or --topology)");

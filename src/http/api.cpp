@@ -131,7 +131,45 @@ std::optional<api_error> read_content(const json & msg, const std::string & role
     return std::nullopt;
 }
 
-std::optional<api_error> read_messages(const json & body, std::vector<chat_message> & out) {
+// OpenAI's rule for function names; they also become literals in tool-call grammars.
+bool valid_function_name(const std::string & name) {
+    if (name.empty() || name.size() > 64) return false;
+    return std::all_of(name.begin(), name.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+    });
+}
+
+// An assistant message's tool_calls: [{"id", "type": "function", "function": {"name", "arguments"}}].
+std::optional<api_error> read_tool_calls(const json & calls, const std::string & param, std::vector<chat::tool_call> & out) {
+    if (!calls.is_array()) return bad_type(param, "an array");
+    for (size_t i = 0; i < calls.size(); ++i) {
+        const json & c = calls[i];
+        const std::string p = param + "[" + std::to_string(i) + "]";
+        if (!c.is_object()) return bad_type(p, "an object");
+        chat::tool_call tc;
+        if (const json * id = field(c, "id")) {
+            if (!id->is_string()) return bad_type(p + ".id", "a string");
+            tc.id = id->get<std::string>();
+        }
+        const json * fn = field(c, "function");
+        if (!fn || !fn->is_object()) return bad_type(p + ".function", "an object");
+        const json * name = field(*fn, "name");
+        if (!name || !name->is_string()) return bad_type(p + ".function.name", "a string");
+        tc.name = name->get<std::string>();
+        if (const json * args = field(*fn, "arguments")) {
+            // A JSON string as OpenAI sends it; an object is taken too (some clients send one).
+            if (args->is_string()) tc.arguments = args->get<std::string>();
+            else if (args->is_object()) tc.arguments = args->dump();
+            else return bad_type(p + ".function.arguments", "a string of JSON");
+        } else {
+            tc.arguments = "{}";
+        }
+        out.push_back(std::move(tc));
+    }
+    return std::nullopt;
+}
+
+std::optional<api_error> read_messages(const json & body, std::vector<chat::message> & out) {
     const json * v = field(body, "messages");
     if (!v) return bad("'messages' is required", "messages", "missing_required_parameter");
     if (!v->is_array()) return bad_type("messages", "an array");
@@ -144,19 +182,110 @@ std::optional<api_error> read_messages(const json & body, std::vector<chat_messa
         if (role_it == m.end() || !role_it->is_string()) return bad_type(param + ".role", "a string");
         std::string role = role_it->get<std::string>();
         if (role == "developer") role = "system";  // OpenAI's newer name for the system role
-        if (role == "tool" || role == "function") {
-            return unsupported("role '" + role + "' is not supported (no tool calling)", param + ".role");
+        if (role == "function") {
+            return unsupported("role 'function' (the deprecated function-calling API) is not supported; use tools",
+                               param + ".role");
         }
-        if (role != "system" && role != "user" && role != "assistant") {
-            return bad("role '" + role + "' is not one of system, developer, user, assistant", param + ".role");
+        if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+            return bad("role '" + role + "' is not one of system, developer, user, assistant, tool", param + ".role");
         }
-        if (m.contains("tool_calls") && !m["tool_calls"].is_null() && !(m["tool_calls"].is_array() && m["tool_calls"].empty())) {
-            return unsupported("'tool_calls' are not supported (no tool calling)", param + ".tool_calls");
-        }
-        chat_message cm;
+        chat::message cm;
         cm.role = role;
+        if (role == "assistant") {
+            if (const json * calls = field(m, "tool_calls")) {
+                if (auto e = read_tool_calls(*calls, param + ".tool_calls", cm.tool_calls)) return e;
+            }
+            if (const json * r = field(m, "reasoning_content")) {
+                if (!r->is_string()) return bad_type(param + ".reasoning_content", "a string");
+                cm.reasoning_content = r->get<std::string>();
+            }
+        }
+        if (role == "tool") {
+            if (const json * id = field(m, "tool_call_id")) {
+                if (!id->is_string()) return bad_type(param + ".tool_call_id", "a string");
+                cm.tool_call_id = id->get<std::string>();
+            }
+            if (const json * n = field(m, "name")) {
+                if (!n->is_string()) return bad_type(param + ".name", "a string");
+                cm.name = n->get<std::string>();
+            }
+        }
         if (auto e = read_content(m, role, param, cm.content)) return e;
         out.push_back(std::move(cm));
+    }
+    return std::nullopt;
+}
+
+// tools, tool_choice, parallel_tool_calls and chat_template_kwargs.
+std::optional<api_error> read_tools(const json & body, std::string_view raw_body, completion_request & out) {
+    if (const json * t = field(body, "tools")) {
+        if (!t->is_array()) return bad_type("tools", "an array of tool objects");
+        if (t->size() > 128) return bad("at most 128 tools are allowed (got " + std::to_string(t->size()) + ")", "tools");
+        std::set<std::string> names;
+        for (size_t i = 0; i < t->size(); ++i) {
+            const json & tool = (*t)[i];
+            const std::string p = "tools[" + std::to_string(i) + "]";
+            if (!tool.is_object()) return bad_type(p, "an object");
+            const json * type = field(tool, "type");
+            if (!type || !type->is_string() || *type != "function") {
+                return bad("'" + p + ".type' must be \"function\"", p + ".type");
+            }
+            const json * fn = field(tool, "function");
+            if (!fn || !fn->is_object()) return bad_type(p + ".function", "an object");
+            const json * name = field(*fn, "name");
+            if (!name || !name->is_string()) return bad_type(p + ".function.name", "a string");
+            if (!valid_function_name(name->get<std::string>())) {
+                return bad("'" + p + ".function.name' must be 1 to 64 letters, digits, '_' or '-'", p + ".function.name");
+            }
+            if (!names.insert(name->get<std::string>()).second) {
+                return bad("two tools are named '" + name->get<std::string>() + "'", p + ".function.name");
+            }
+            if (const json * d = field(*fn, "description"); d && !d->is_string()) return bad_type(p + ".function.description", "a string");
+            if (const json * ps = field(*fn, "parameters"); ps && !ps->is_object()) {
+                return bad_type(p + ".function.parameters", "a JSON schema object");
+            }
+            if (const json * st = field(*fn, "strict"); st && !st->is_boolean()) return bad_type(p + ".function.strict", "a boolean");
+        }
+        // The client's key order (json sorts keys): templates write tools as JSON text,
+        // and transformers keeps the order the client sent.
+        const chat::ojson ordered = chat::ojson::parse(raw_body, nullptr, /*allow_exceptions=*/false);
+        out.tools = ordered.is_object() && ordered.contains("tools") ? ordered["tools"] : chat::ojson::parse(t->dump());
+    }
+    if (const json * c = field(body, "tool_choice")) {
+        chat::tool_choice & tc = out.tool_choice;
+        if (c->is_string()) {
+            const std::string mode = c->get<std::string>();
+            if (mode == "auto") tc.mode = chat::tool_choice_mode::automatic;
+            else if (mode == "none") tc.mode = chat::tool_choice_mode::none;
+            else if (mode == "required") tc.mode = chat::tool_choice_mode::required;
+            else return bad("'tool_choice' must be \"auto\", \"none\", \"required\" or a named function", "tool_choice");
+        } else if (c->is_object()) {
+            const json * fn = field(*c, "function");
+            const json * name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
+            if (!name || !name->is_string()) return bad_type("tool_choice.function.name", "a string");
+            tc.mode = chat::tool_choice_mode::named;
+            tc.name = name->get<std::string>();
+        } else {
+            return bad_type("tool_choice", "a string or an object");
+        }
+        const bool has_tools = !out.tools.empty();
+        if ((tc.mode == chat::tool_choice_mode::required || tc.mode == chat::tool_choice_mode::named) && !has_tools) {
+            return bad("'tool_choice' asks for a tool call but 'tools' is empty", "tool_choice");
+        }
+        if (tc.mode == chat::tool_choice_mode::named) {
+            bool found = false;
+            for (const auto & t : out.tools) found = found || t["function"]["name"] == tc.name;
+            if (!found) return bad("'tool_choice' names '" + tc.name + "', which is not in 'tools'", "tool_choice");
+        }
+    }
+    std::optional<bool> parallel;
+    if (auto e = read_bool(body, "parallel_tool_calls", parallel)) return e;
+    out.parallel_tool_calls = parallel.value_or(true);
+    if (const json * k = field(body, "chat_template_kwargs")) {
+        if (!k->is_object()) return bad_type("chat_template_kwargs", "an object");
+        const chat::ojson ordered = chat::ojson::parse(raw_body, nullptr, /*allow_exceptions=*/false);
+        out.template_kwargs = ordered.is_object() && ordered.contains("chat_template_kwargs") ? ordered["chat_template_kwargs"]
+                                                                                               : chat::ojson::parse(k->dump());
     }
     return std::nullopt;
 }
@@ -314,10 +443,11 @@ std::optional<api_error> refuse_unsupported(const json & body, endpoint kind) {
     if (const json * s = field(body, "suffix")) {
         if (!s->is_string() || !s->get<std::string>().empty()) return unsupported("suffix is not supported", "suffix");
     }
-    for (const char * key : {"tools", "functions"}) {
-        if (const json * t = field(body, key)) {
-            if (!t->is_array() || !t->empty()) return unsupported(std::string(key) + " are not supported (no tool calling)", key);
-        }
+    if (const json * t = field(body, "functions")) {
+        if (!t->is_array() || !t->empty()) return unsupported("'functions' (deprecated) is not supported; use tools", "functions");
+    }
+    if (kind == endpoint::completions && field(body, "tools")) {
+        return unsupported("tools need /v1/chat/completions", "tools");
     }
     if (const json * r = field(body, "response_format")) {
         const bool text = r->is_object() && r->contains("type") && (*r)["type"] == "text";
@@ -346,7 +476,16 @@ ojson head_json(const response_meta & meta, bool chunk) {
     j["object"] = object_name(meta.kind, chunk);
     j["created"] = meta.created;
     j["model"] = meta.model;
+    j["system_fingerprint"] = meta.system_fingerprint;
     return j;
+}
+
+ojson tool_calls_json(const std::vector<chat::tool_call> & calls) {
+    ojson out = ojson::array();
+    for (const chat::tool_call & c : calls) {
+        out.push_back(ojson{{"id", c.id}, {"type", "function"}, {"function", ojson{{"name", c.name}, {"arguments", c.arguments}}}});
+    }
+    return out;
 }
 
 }  // namespace
@@ -395,6 +534,7 @@ std::optional<api_error> parse_request(std::string_view body, endpoint kind, con
 
     if (kind == endpoint::chat_completions) {
         if (auto e = read_messages(j, out.messages)) return e;
+        if (auto e = read_tools(j, body, out)) return e;
     } else {
         if (auto e = read_prompt(j, limits, out)) return e;
     }
@@ -482,11 +622,18 @@ std::string make_response_id(endpoint kind) {
 }
 
 std::string completion_body(const response_meta & meta, std::string_view text, std::string_view finish_reason,
-                            const usage_numbers & usage) {
+                            const usage_numbers & usage, const chat::parsed_output * reply) {
     ojson j = head_json(meta, false);
     ojson choice;
     choice["index"] = 0;
-    if (meta.kind == endpoint::chat_completions) {
+    if (meta.kind == endpoint::chat_completions && reply) {
+        ojson message{{"role", "assistant"}};
+        // OpenAI: content is null when the answer is only tool calls.
+        message["content"] = reply->content.empty() && !reply->tool_calls.empty() ? ojson(nullptr) : ojson(reply->content);
+        if (!reply->reasoning_content.empty()) message["reasoning_content"] = reply->reasoning_content;
+        if (!reply->tool_calls.empty()) message["tool_calls"] = tool_calls_json(reply->tool_calls);
+        choice["message"] = std::move(message);
+    } else if (meta.kind == endpoint::chat_completions) {
         choice["message"] = ojson{{"role", "assistant"}, {"content", std::string(text)}};
     } else {
         choice["text"] = std::string(text);
@@ -516,6 +663,32 @@ std::string stream_chunk(const response_meta & meta, std::string_view text, bool
     j["choices"] = ojson::array({std::move(choice)});
     if (usage_null) j["usage"] = nullptr;
     return dump(j);
+}
+
+std::vector<std::string> stream_delta_chunks(const response_meta & meta, const chat::output_delta & delta, bool usage_null) {
+    std::vector<std::string> out;
+    auto chunk = [&](ojson d) {
+        ojson j = head_json(meta, true);
+        ojson choice;
+        choice["index"] = 0;
+        choice["delta"] = std::move(d);
+        choice["logprobs"] = nullptr;
+        choice["finish_reason"] = nullptr;
+        j["choices"] = ojson::array({std::move(choice)});
+        if (usage_null) j["usage"] = nullptr;
+        out.push_back(dump(j));
+    };
+    if (!delta.reasoning.empty()) chunk(ojson{{"reasoning_content", delta.reasoning}});
+    if (!delta.content.empty()) chunk(ojson{{"content", delta.content}});
+    for (const chat::tool_call_delta & c : delta.tool_calls) {
+        // As OpenAI streams a call: index, id, type and name first, then the arguments.
+        chunk(ojson{{"tool_calls", ojson::array({ojson{{"index", c.index},
+                                                       {"id", c.id},
+                                                       {"type", "function"},
+                                                       {"function", ojson{{"name", c.name}, {"arguments", ""}}}}})}});
+        chunk(ojson{{"tool_calls", ojson::array({ojson{{"index", c.index}, {"function", ojson{{"arguments", c.arguments}}}}})}});
+    }
+    return out;
 }
 
 std::string stream_usage_chunk(const response_meta & meta, const usage_numbers & usage) {

@@ -6,6 +6,7 @@
 // limits are in docs/http-api.md.
 #pragma once
 
+#include "chat/chat.h"
 #include "protocol/protocol.h"
 #include "runtime/sampler.h"
 #include "tokenizer/chat_template.h"
@@ -53,7 +54,11 @@ struct request_limits {
 struct completion_request {
     endpoint                  kind = endpoint::chat_completions;
     std::string               model;             // as sent ("" when absent); echoed back
-    std::vector<chat_message> messages;          // chat: roles normalised (developer → system)
+    std::vector<chat::message> messages;         // chat: roles normalised (developer → system)
+    chat::ojson               tools = chat::ojson::array();  // chat: validated tool objects
+    chat::tool_choice         tool_choice;
+    bool                      parallel_tool_calls = true;
+    chat::ojson               template_kwargs = chat::ojson::object();  // chat_template_kwargs
     std::string               prompt_text;       // completions, when the prompt is text
     std::vector<int32_t>      prompt_tokens;     // completions, when the prompt is token ids (used as is)
     bool                      prompt_is_tokens = false;
@@ -67,7 +72,7 @@ struct completion_request {
 };
 
 // Parses and validates a request body. Malformed JSON, a non-object body, a wrong type,
-// an out-of-range value or an unsupported option (n != 1, tools, logprobs, echo, ...)
+// an out-of-range value or an unsupported option (n != 1, logprobs, echo, ...)
 // is a 400 error naming the field in `param`. Unknown fields are ignored, as most
 // OpenAI-compatible servers do. Sampling ranges are sampling_bounds (runtime/sampler.h)
 // and the wire's limits (logit_bias entries, prompt_cache_key), so that whatever this
@@ -82,6 +87,7 @@ struct response_meta {
     std::string id;        // "chatcmpl-…" or "cmpl-…"
     int64_t     created = 0;  // Unix seconds
     std::string model;
+    std::string system_fingerprint;  // the build and configuration that answered
 };
 
 struct usage_numbers {
@@ -93,9 +99,11 @@ struct usage_numbers {
 // A fresh id with the endpoint's prefix; unique within the process.
 std::string make_response_id(endpoint kind);
 
-// The non-streaming response body (chat.completion or text_completion object).
+// The non-streaming response body (chat.completion or text_completion object). For chat,
+// `reply` (when given) is the output read as content, reasoning_content and tool_calls
+// (content null when there are only calls); else `text` is the content.
 std::string completion_body(const response_meta & meta, std::string_view text, std::string_view finish_reason,
-                            const usage_numbers & usage);
+                            const usage_numbers & usage, const chat::parsed_output * reply = nullptr);
 
 // One streaming chunk (chat.completion.chunk or text_completion) as JSON.
 //   first: chat only, the delta carries "role": "assistant" (OpenAI's opening chunk).
@@ -103,6 +111,11 @@ std::string completion_body(const response_meta & meta, std::string_view text, s
 //   usage_null: the client asked for usage, so every ordinary chunk says "usage": null.
 std::string stream_chunk(const response_meta & meta, std::string_view text, bool first, std::string_view finish_reason,
                          bool usage_null);
+
+// The chat chunks of a parsed piece of output: one for its reasoning_content, one for
+// its content, and two per tool call (index, id, type and name with empty arguments;
+// then the arguments), as OpenAI streams them. None when the delta is empty.
+std::vector<std::string> stream_delta_chunks(const response_meta & meta, const chat::output_delta & delta, bool usage_null);
 
 // The closing usage chunk of stream_options.include_usage: "choices": [] and "usage".
 std::string stream_usage_chunk(const response_meta & meta, const usage_numbers & usage);

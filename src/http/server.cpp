@@ -1,10 +1,13 @@
 #include "http/server.h"
 
 #include "base/log.h"
+#include "http/access.h"
 #include "http/api.h"
 #include "http/event_loop.h"
 #include "http/lane_pool.h"
 #include "http/text_stream.h"
+
+#include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <condition_variable>
@@ -39,12 +42,16 @@ std::string path_label(const std::string & path) {
     if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) return "models";
     if (path == "/health") return "health";
     if (path == "/metrics") return "metrics";
+    if (path == "/tokenize") return "tokenize";
+    if (path == "/detokenize") return "detokenize";
     return "other";
 }
 
 // Methods allowed on each known path (for 405 and its Allow header); "" when unknown.
 const char * allowed_methods(const std::string & path) {
-    if (path == "/v1/chat/completions" || path == "/v1/completions") return "POST";
+    if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/tokenize" || path == "/detokenize") {
+        return "POST";
+    }
     if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0 || path == "/health" || path == "/metrics") return "GET";
     return "";
 }
@@ -57,6 +64,45 @@ http_response json_response(std::string body, int status = 200) {
 }
 
 void send_error(response_channel & ch, const api_error & e) { ch.respond(json_response(error_body(e), e.http_status)); }
+
+// A channel that adds headers (CORS) to whatever answers the request.
+class header_channel final : public response_channel {
+public:
+    header_channel(channel_ptr inner, header_list headers) : inner_(std::move(inner)), headers_(std::move(headers)) {}
+    void respond(http_response r) override {
+        add(r);
+        inner_->respond(std::move(r));
+    }
+    void begin_stream(const http_response & head) override {
+        http_response h = head;
+        add(h);
+        inner_->begin_stream(h);
+    }
+    bool write(std::string_view bytes) override { return inner_->write(bytes); }
+    void end_stream() override { inner_->end_stream(); }
+    void abort_stream() override { inner_->abort_stream(); }
+    bool gone() const override { return inner_->gone(); }
+
+private:
+    void add(http_response & r) const { r.headers.insert(r.headers.end(), headers_.begin(), headers_.end()); }
+    channel_ptr inner_;
+    header_list headers_;
+};
+
+// A fingerprint of what answers: the build, the model id and the chat template.
+std::string make_system_fingerprint(const server_options & o) {
+    uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+    auto mix = [&](std::string_view s) {
+        for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+        h = (h ^ 0xff) * 0x100000001b3ull;
+    };
+    mix(SKIPPY_VERSION);
+    mix(o.model_id);
+    mix(o.chat_template ? o.chat_template->describe() : "builtin plain");
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "fp_%012llx", static_cast<unsigned long long>(h & 0xffffffffffffull));
+    return buf;
+}
 
 // Threads for generation requests, which block while they wait for a lane and while
 // they run. Tasks run in submission order.
@@ -134,6 +180,11 @@ uint64_t fresh_seed() {
 struct generation_job {
     completion_request    request;
     std::vector<token_id> prompt;
+    chat::output_format   format;  // chat: how to read the output
+    // tool_choice required / named: the GBNF that admits only the call(s)
+    // (chat::tool_call_grammar). Not yet applied: constraining sampling with it is the
+    // grammar-constrained sampler's job; until then the output is parsed as for auto.
+    std::string           tool_grammar;
     response_meta         meta;
     lane_lease            lease;
     channel_ptr           client;  // the way back; says when the client has gone
@@ -158,6 +209,10 @@ struct http_server::impl {
     lane_pool                     lanes;
     request_limits                limits;
     std::atomic<bool>             stopping{false};
+    std::shared_ptr<const chat::chat_template> chat_template;
+    cors_policy                   cors;
+    std::string                   fingerprint;
+    std::atomic<uint64_t>         n_canned{0};  // test hook: requests answered from test_canned_outputs
     int64_t                       created_unix_s = static_cast<int64_t>(std::time(nullptr));
     // A request holds its worker while it waits for a lane and while it runs, so every
     // lane and queue place needs one, plus a few for requests being parsed or refused.
@@ -175,6 +230,11 @@ struct http_server::impl {
                [this](const std::string & path, int status) {
                    metrics.add(metric::http_requests, 1, {path_label(path), std::to_string(status)});
                }) {
+        chat_template = opt.chat_template ? opt.chat_template
+                                          : std::make_shared<const chat::chat_template>(chat::chat_template::builtin(
+                                                chat_template_family::plain, chat_special_texts_of(tok)));
+        cors.allowed_origin = opt.cors_origin;
+        fingerprint = make_system_fingerprint(opt);
         limits.ctx_size = pipeline.ctx_size();
         limits.n_vocab = pipeline.n_vocab();
         metrics.set(metric::build_info, 1, {SKIPPY_VERSION});
@@ -197,7 +257,9 @@ struct http_server::impl {
 
     void route(http_request req, channel_ptr ch);
     void handle_generation(const http_request & req, const channel_ptr & ch, endpoint kind);
-    std::optional<api_error> tokenize_prompt(const completion_request & cr, std::vector<token_id> & out) const;
+    std::optional<api_error> tokenize_prompt(const completion_request & cr, std::vector<token_id> & out,
+                                             chat::output_format & format, std::string & tool_grammar) const;
+    void handle_tokenize(const http_request & req, response_channel & ch, bool detokenize);
     run_outcome run(generation_job & job, const std::function<bool(std::string_view)> & emit);
     void finish_non_streaming(generation_job & job);
     void stream(generation_job & job);
@@ -206,9 +268,37 @@ struct http_server::impl {
 
 // On the loop thread: cheap routes are answered here and now, generations go to a worker.
 void http_server::impl::route(http_request req, channel_ptr ch) {
+    req.path = canonical_path(req.path);
     const std::string & path = req.path;
+    if (cors.enabled()) {
+        if (auto pre = cors_preflight(cors, req, allowed_methods(path))) return ch->respond(std::move(*pre));
+        header_list h = cors_headers(cors, req);
+        if (!h.empty()) ch = std::make_shared<header_channel>(std::move(ch), std::move(h));
+    }
+    if (!opt.api_keys.empty() && path != "/health" && !bearer_key_matches(req.header("authorization"), opt.api_keys)) {
+        api_error e = error_for_status(401, req.header("authorization") ? "Incorrect API key provided"
+                                                                      : "Missing API key: send Authorization: Bearer <key>");
+        e.type = "invalid_request_error";
+        e.code = "invalid_api_key";
+        http_response r = json_response(error_body(e), 401);
+        r.headers.emplace_back("WWW-Authenticate", "Bearer");
+        return ch->respond(std::move(r));
+    }
     const bool get = req.method == "GET" || req.method == "HEAD";
     const bool generation = path == "/v1/chat/completions" || path == "/v1/completions";
+    if ((path == "/tokenize" || path == "/detokenize") && req.method == "POST") {
+        // Tokenizing a large body takes a while: not on the loop thread.
+        const bool detok = path == "/detokenize";
+        const bool queued = workers.submit([this, req = std::move(req), ch, detok] {
+            try {
+                handle_tokenize(req, *ch, detok);
+            } catch (...) {
+                send_error(*ch, error_for_status(500, "internal error while handling the request"));
+            }
+        });
+        if (!queued) send_error(*ch, error_for_status(503, "The server is shutting down"));
+        return;
+    }
     if (generation && req.method == "POST") {
         if (stopping) return send_error(*ch, error_for_status(503, "The server is shutting down"));
         const endpoint kind = path == "/v1/chat/completions" ? endpoint::chat_completions : endpoint::completions;
@@ -261,16 +351,37 @@ void http_server::impl::route(http_request req, channel_ptr ch) {
     send_error(*ch, error_for_status(404, "Unknown route: " + req.method + " " + path));
 }
 
-std::optional<api_error> http_server::impl::tokenize_prompt(const completion_request & cr,
-                                                            std::vector<token_id> & out) const {
+std::optional<api_error> http_server::impl::tokenize_prompt(const completion_request & cr, std::vector<token_id> & out,
+                                                            chat::output_format & format, std::string & tool_grammar) const {
     if (cr.kind == endpoint::chat_completions) {
-        auto ids = tokenize_chat(tok, opt.chat_template, cr.messages);
-        if (!ids.is_ok()) {
-            api_error e = error_for_status(400, ids.error().message());
-            e.param = "messages";
+        chat::conversation conv;
+        conv.messages = cr.messages;
+        conv.tools = cr.tools;
+        conv.choice = cr.tool_choice;
+        conv.parallel_tool_calls = cr.parallel_tool_calls;
+        conv.template_kwargs = cr.template_kwargs;
+        auto rendered = chat_template->render(conv);
+        if (!rendered.is_ok()) {
+            // The template raised, failed, or lacks what the request needs: the request's doing.
+            api_error e = error_for_status(400, rendered.error().message());
+            e.param = cr.tools.empty() ? "messages" : "tools";
+            e.code = rendered.error().code() == error_code::invalid_argument ? "invalid_value" : "template_error";
             return e;
         }
-        out = std::move(ids).value();
+        format = rendered->format;
+        const auto mode = cr.tool_choice.mode;
+        if (mode == chat::tool_choice_mode::required || mode == chat::tool_choice_mode::named) {
+            // The grammar that forces the call; a schema it cannot read is the client's error.
+            auto g = chat::tool_call_grammar(format.tools, conv);
+            if (!g.is_ok()) {
+                api_error e = error_for_status(400, g.error().message());
+                e.param = "tools";
+                e.code = "invalid_value";
+                return e;
+            }
+            tool_grammar = std::move(g).value();
+        }
+        out = chat::tokenize_prompt(tok, *chat_template, rendered->text);
     } else if (cr.prompt_is_tokens) {
         out = cr.prompt_tokens;
     } else {
@@ -296,11 +407,12 @@ void http_server::impl::handle_generation(const http_request & req, const channe
     auto job = std::make_shared<generation_job>();
     job->arrival = clock::now();
     if (auto e = parse_request(req.body, kind, limits, job->request)) return send_error(*ch, *e);
-    if (auto e = tokenize_prompt(job->request, job->prompt)) return send_error(*ch, *e);
+    if (auto e = tokenize_prompt(job->request, job->prompt, job->format, job->tool_grammar)) return send_error(*ch, *e);
     job->meta.kind = kind;
     job->meta.id = make_response_id(kind);
     job->meta.created = static_cast<int64_t>(std::time(nullptr));
     job->meta.model = opt.model_id;
+    job->meta.system_fingerprint = fingerprint;
     job->client = ch;
 
     const auto timeout = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(opt.queue_timeout_s));
@@ -349,10 +461,22 @@ run_outcome http_server::impl::run(generation_job & job, const std::function<boo
     gr.cache_key = cr.cache_key;
     gr.is_end_of_generation = [this](token_id id) { return tok.is_end_of_generation(id); };
 
+    // Test hook: the completion is a canned text; the model's choices are replaced.
+    std::vector<token_id> canned;
+    size_t n_canned_used = 0;
+    if (!opt.test_canned_outputs.empty()) {
+        const std::string & t = opt.test_canned_outputs[n_canned.fetch_add(1) % opt.test_canned_outputs.size()];
+        canned = tok.tokenize(t, /*add_bos=*/false, /*parse_special=*/true);
+        gr.max_tokens = std::min<int32_t>(gr.max_tokens, static_cast<int32_t>(canned.size()));
+        gr.is_end_of_generation = [](token_id) { return false; };
+        if (canned.empty()) gr.max_tokens = 0;
+    }
+
     stop_text_stream text(cr.stop);
     run_outcome out;
     std::optional<clock::time_point> last_token;
     gr.on_token = [&](token_id id) {
+        if (!canned.empty()) id = canned[n_canned_used++];
         const auto now = clock::now();
         if (last_token) metrics.observe(metric::time_per_output_token, seconds_between(*last_token, now));
         last_token = now;
@@ -386,7 +510,8 @@ run_outcome http_server::impl::run(generation_job & job, const std::function<boo
         out.cancelled = true;
         return out;
     }
-    out.finish = text.stopped() || out.gen.finish == finish_reason::end_of_generation ? "stop" : "length";
+    const bool canned_done = !opt.test_canned_outputs.empty() && n_canned_used == canned.size();
+    out.finish = text.stopped() || canned_done || out.gen.finish == finish_reason::end_of_generation ? "stop" : "length";
     return out;
 }
 
@@ -405,7 +530,12 @@ void http_server::impl::finish_non_streaming(generation_job & job) {
     }
     usage_numbers usage{static_cast<int64_t>(job.prompt.size()), static_cast<int64_t>(out.gen.tokens.size()),
                         out.gen.cached_tokens};
-    ch.respond(json_response(completion_body(job.meta, text, out.finish, usage)));
+    if (job.meta.kind != endpoint::chat_completions) {
+        return ch.respond(json_response(completion_body(job.meta, text, out.finish, usage)));
+    }
+    const chat::parsed_output reply = chat::parse_output(job.format, text);
+    const std::string finish = reply.tool_calls.empty() ? out.finish : "tool_calls";
+    ch.respond(json_response(completion_body(job.meta, text, finish, usage, &reply)));
 }
 
 void http_server::impl::stream(generation_job & job) {
@@ -424,9 +554,20 @@ void http_server::impl::stream(generation_job & job) {
             return ch.abort_stream();
         }
     }
+    const bool chat = job.meta.kind == endpoint::chat_completions;
+    chat::output_parser parser(job.format);
+    auto write_delta = [&](const chat::output_delta & d) {
+        for (const std::string & c : stream_delta_chunks(job.meta, d, usage_null)) {
+            if (!write(sse_event(c))) return false;
+        }
+        return true;
+    };
     run_outcome out = run(job, [&](std::string_view piece) {
+        if (chat) return write_delta(parser.push(piece));
         return write(sse_event(stream_chunk(job.meta, piece, false, "", usage_null)));
     });
+    if (chat && !out.cancelled && !out.error && !write_delta(parser.finish())) out.cancelled = true;
+    if (chat && !out.cancelled && !out.error && parser.n_tool_calls() > 0) out.finish = "tool_calls";
     record(job, out, true);
     if (out.cancelled) return ch.abort_stream();  // closes the connection
     if (out.error) {
@@ -443,6 +584,54 @@ void http_server::impl::stream(generation_job & job) {
     ok = ok && write(std::string(sse_done));
     if (ok) return ch.end_stream();
     ch.abort_stream();
+}
+
+// POST /tokenize {"content": "...", "add_special": false} → {"tokens": [...]};
+// POST /detokenize {"tokens": [...]} → {"content": "..."} (llama.cpp's server shapes).
+void http_server::impl::handle_tokenize(const http_request & req, response_channel & ch, bool detokenize) {
+    auto body = nlohmann::json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    if (body.is_discarded() || !body.is_object()) {
+        api_error e = error_for_status(400, "the request body must be a JSON object");
+        e.code = "invalid_json";
+        return send_error(ch, e);
+    }
+    auto bad_field = [&](const std::string & param, const std::string & message) {
+        api_error e = error_for_status(400, message);
+        e.param = param;
+        e.code = "invalid_value";
+        send_error(ch, e);
+    };
+    if (!detokenize) {
+        auto content = body.find("content");
+        if (content == body.end() || !content->is_string()) return bad_field("content", "'content' must be a string");
+        bool add_special = false;
+        if (auto a = body.find("add_special"); a != body.end() && !a->is_null()) {
+            if (!a->is_boolean()) return bad_field("add_special", "'add_special' must be a boolean");
+            add_special = a->get<bool>();
+        }
+        bool parse_special = true;
+        if (auto a = body.find("parse_special"); a != body.end() && !a->is_null()) {
+            if (!a->is_boolean()) return bad_field("parse_special", "'parse_special' must be a boolean");
+            parse_special = a->get<bool>();
+        }
+        const std::vector<token_id> ids =
+            tok.tokenize(content->get<std::string>(), add_special && tok.add_bos_default(), parse_special);
+        return ch.respond(json_response(nlohmann::json{{"tokens", ids}}.dump()));
+    }
+    auto tokens = body.find("tokens");
+    if (tokens == body.end() || !tokens->is_array()) return bad_field("tokens", "'tokens' must be an array of token ids");
+    std::vector<token_id> ids;
+    for (size_t i = 0; i < tokens->size(); ++i) {
+        const auto & t = (*tokens)[i];
+        if (!t.is_number_integer() || (!t.is_number_unsigned() && t.get<int64_t>() < 0) ||
+            t.get<uint64_t>() >= static_cast<uint64_t>(limits.n_vocab)) {
+            return bad_field("tokens[" + std::to_string(i) + "]",
+                             "token ids must be integers in [0, " + std::to_string(limits.n_vocab) + ")");
+        }
+        ids.push_back(static_cast<token_id>(t.get<int64_t>()));
+    }
+    const std::string text = sanitize_utf8(tok.detokenize(ids));
+    ch.respond(json_response(nlohmann::json{{"content", text}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
 }
 
 void http_server::impl::record(const generation_job & job, const run_outcome & out, bool streaming) {

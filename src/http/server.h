@@ -13,6 +13,7 @@
 #pragma once
 
 #include "base/status.h"
+#include "chat/chat.h"
 #include "runtime/pipeline.h"
 #include "telemetry/metrics.h"
 #include "telemetry/telemetry.h"
@@ -23,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace skippy::http {
 
@@ -39,7 +41,18 @@ struct server_options {
     double               min_body_bytes_per_s = 64 << 10;  // slowest request body accepted after the grace
     std::string          model_id = "skippy";            // what /v1/models lists and responses carry
     int32_t              prefill_chunk_tokens = 512;     // prompt tokens per prefill step
-    chat_template_family chat_template = chat_template_family::plain;
+    // The chat template (the model's Jinja program, or a built-in family); null: the
+    // built-in plain family.
+    std::shared_ptr<const chat::chat_template> chat_template;
+    // API keys: when any is set, every route but /health (and CORS preflights) needs
+    // "Authorization: Bearer <key>", else 401.
+    std::vector<std::string> api_keys;
+    std::string          cors_origin;        // "" off, "*", or one origin (docs/http-api.md)
+    // TEST HOOK (serve --test-canned-output): when set, request k's completion is the
+    // text test_canned_outputs[k % n] (tokenized with special tokens) instead of what
+    // the model samples; the pipeline still runs prefill and decode. Lets integration
+    // tests on random weights drive tool calls and reasoning. Never for real serving.
+    std::vector<std::string> test_canned_outputs;
     int32_t              http_threads = 0;   // generation workers; 0: lanes + queue + 4 (a waiting request holds one)
 };
 

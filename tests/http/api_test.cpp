@@ -94,7 +94,7 @@ TEST(ParseRequest, ChatMessagesAreValidated) {
     EXPECT_EQ(chat_error(R"({"messages":[42]})").param, "messages[0]");
     EXPECT_EQ(chat_error(R"({"messages":[{"content":"x"}]})").param, "messages[0].role");
     EXPECT_EQ(chat_error(R"({"messages":[{"role":"wizard","content":"x"}]})").param, "messages[0].role");
-    EXPECT_EQ(chat_error(R"({"messages":[{"role":"tool","content":"x"}]})").code, "unsupported_parameter");
+    EXPECT_EQ(chat_error(R"({"messages":[{"role":"function","content":"x"}]})").code, "unsupported_parameter");
     EXPECT_EQ(chat_error(R"({"messages":[{"role":"user"}]})").param, "messages[0].content");
     EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":5}]})").param, "messages[0].content");
     EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})").param,
@@ -211,7 +211,7 @@ TEST(ParseRequest, WrongTypesAndOutOfRangeValuesNameTheField) {
         {R"("n":2)", "n"},
         {R"("n":0)", "n"},
         {R"("logprobs":true)", "logprobs"},
-        {R"("tools":[{"type":"function"}])", "tools"},
+        {R"("tools":[{"type":"function"}])", "tools[0].function"},
         {R"("response_format":{"type":"json_object"})", "response_format"},
     };
     for (const auto & c : cases) {
@@ -262,6 +262,111 @@ TEST(ParseRequest, CacheKeyIsBoundedByTheWireProtocolLimit) {
     EXPECT_EQ(e.param, "prompt_cache_key");
     EXPECT_EQ(e.code, "string_above_max_length");
     EXPECT_EQ(e.type, "invalid_request_error");
+}
+
+const std::string k_tool = R"({"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}})";
+
+TEST(ParseRequest, ToolsToolChoiceAndToolMessagesAreRead) {
+    const completion_request r = chat_ok(R"({"messages":[
+        {"role":"user","content":"weather?"},
+        {"role":"assistant","content":null,"reasoning_content":"use the tool",
+         "tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
+        {"role":"tool","tool_call_id":"call_1","content":"sunny"}],
+      "tools":[)" + k_tool + R"(],"tool_choice":{"type":"function","function":{"name":"get_weather"}},
+      "parallel_tool_calls":false,"chat_template_kwargs":{"enable_thinking":false}})");
+    ASSERT_EQ(r.messages.size(), 3u);
+    ASSERT_EQ(r.messages[1].tool_calls.size(), 1u);
+    EXPECT_EQ(r.messages[1].tool_calls[0].name, "get_weather");
+    EXPECT_EQ(r.messages[1].tool_calls[0].arguments, "{\"city\":\"Paris\"}");
+    EXPECT_EQ(r.messages[1].reasoning_content, "use the tool");
+    EXPECT_EQ(r.messages[2].role, "tool");
+    EXPECT_EQ(r.messages[2].tool_call_id, "call_1");
+    EXPECT_EQ(r.tools.size(), 1u);
+    EXPECT_EQ(r.tool_choice.mode, chat::tool_choice_mode::named);
+    EXPECT_EQ(r.tool_choice.name, "get_weather");
+    EXPECT_FALSE(r.parallel_tool_calls);
+    EXPECT_EQ(r.template_kwargs["enable_thinking"], false);
+    EXPECT_EQ(chat_ok("{" + k_msgs + R"(,"tools":[)" + k_tool + R"(],"tool_choice":"required"})").tool_choice.mode,
+              chat::tool_choice_mode::required);
+}
+
+TEST(ParseRequest, MalformedToolsAre400sNamingTheField) {
+    struct bad_case {
+        std::string fragment;
+        std::string param;
+    };
+    const std::vector<bad_case> cases = {
+        {R"("tools":{})", "tools"},
+        {R"("tools":[5])", "tools[0]"},
+        {R"("tools":[{"type":"retrieval"}])", "tools[0].type"},
+        {R"("tools":[{"type":"function","function":{"name":"has space"}}])", "tools[0].function.name"},
+        {R"("tools":[{"type":"function","function":{"name":""}}])", "tools[0].function.name"},
+        {R"("tools":[{"type":"function","function":{"name":"f","parameters":"x"}}])", "tools[0].function.parameters"},
+        {R"("tools":[{"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"f"}}])",
+         "tools[1].function.name"},
+        {R"("tool_choice":"sometimes")", "tool_choice"},
+        {R"("tool_choice":"required")", "tool_choice"},
+        {R"("tools":[)" + k_tool + R"(],"tool_choice":{"type":"function","function":{"name":"other"}})", "tool_choice"},
+        {R"("tools":[)" + k_tool + R"(],"tool_choice":5)", "tool_choice"},
+        {R"("parallel_tool_calls":"yes")", "parallel_tool_calls"},
+        {R"("chat_template_kwargs":[1])", "chat_template_kwargs"},
+    };
+    for (const auto & c : cases) {
+        const api_error e = chat_error("{" + k_msgs + "," + c.fragment + "}");
+        EXPECT_EQ(e.http_status, 400) << c.fragment;
+        EXPECT_EQ(e.param, c.param) << c.fragment << ": " << e.message;
+    }
+    EXPECT_EQ(chat_error(R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"function":{"arguments":"{}"}}]}]})").param,
+              "messages[0].tool_calls[0].function.name");
+    EXPECT_EQ(chat_error(R"({"messages":[{"role":"assistant","tool_calls":{}}]})").param, "messages[0].tool_calls");
+    EXPECT_EQ(completion_error(R"({"prompt":"x","tools":[]})").param, "tools");
+}
+
+TEST(ResponseBody, ChatReplyCarriesToolCallsReasoningAndFingerprint) {
+    response_meta meta{endpoint::chat_completions, "chatcmpl-1", 7, "m", "fp_test"};
+    chat::parsed_output reply;
+    reply.reasoning_content = "thought";
+    reply.tool_calls.push_back({"call_a", "get_weather", "{\"city\":\"Paris\"}"});
+    const json j = json::parse(completion_body(meta, "raw", "tool_calls", usage_numbers{}, &reply));
+    EXPECT_EQ(j["system_fingerprint"], "fp_test");
+    const json & m = j["choices"][0]["message"];
+    EXPECT_TRUE(m["content"].is_null());
+    EXPECT_EQ(m["reasoning_content"], "thought");
+    EXPECT_EQ(m["tool_calls"][0]["id"], "call_a");
+    EXPECT_EQ(m["tool_calls"][0]["type"], "function");
+    EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_weather");
+    EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Paris\"}");
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+    reply = {};
+    reply.content = "hello";
+    const json k = json::parse(completion_body(meta, "raw", "stop", usage_numbers{}, &reply));
+    EXPECT_EQ(k["choices"][0]["message"]["content"], "hello");
+    EXPECT_FALSE(k["choices"][0]["message"].contains("tool_calls"));
+    EXPECT_FALSE(k["choices"][0]["message"].contains("reasoning_content"));
+}
+
+TEST(StreamChunk, ToolCallsStreamNameFirstThenArguments) {
+    response_meta meta{endpoint::chat_completions, "chatcmpl-1", 7, "m", "fp_test"};
+    chat::output_delta d;
+    d.reasoning = "hmm";
+    d.content = "ok";
+    d.tool_calls.push_back({0, "call_a", "f", "{}"});
+    const std::vector<std::string> chunks = stream_delta_chunks(meta, d, false);
+    ASSERT_EQ(chunks.size(), 4u);
+    const json r = json::parse(chunks[0]), c = json::parse(chunks[1]), t0 = json::parse(chunks[2]), t1 = json::parse(chunks[3]);
+    EXPECT_EQ(r["choices"][0]["delta"]["reasoning_content"], "hmm");
+    EXPECT_EQ(c["choices"][0]["delta"]["content"], "ok");
+    EXPECT_EQ(t0["system_fingerprint"], "fp_test");
+    const json & first = t0["choices"][0]["delta"]["tool_calls"][0];
+    EXPECT_EQ(first["index"], 0);
+    EXPECT_EQ(first["id"], "call_a");
+    EXPECT_EQ(first["function"]["name"], "f");
+    EXPECT_EQ(first["function"]["arguments"], "");
+    const json & second = t1["choices"][0]["delta"]["tool_calls"][0];
+    EXPECT_EQ(second["index"], 0);
+    EXPECT_FALSE(second.contains("id"));
+    EXPECT_EQ(second["function"]["arguments"], "{}");
+    EXPECT_TRUE(stream_delta_chunks(meta, chat::output_delta{}, false).empty());
 }
 
 TEST(ResponseIds, CarryTheEndpointPrefixAndAreUnique) {

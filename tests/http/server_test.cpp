@@ -3,6 +3,8 @@
 // test, never by timing.
 #include "http/server.h"
 
+#include "http/access.h"
+
 #include "tokenizer/tiny_vocab.h"
 
 #include <arpa/inet.h>
@@ -173,7 +175,7 @@ void expect_openai_error(const httplib::Result & res, int status, const std::str
 class ServerTest : public ::testing::Test {
 protected:
     void start(int32_t lanes, int32_t queue, double timeout_s, std::vector<token_id> script, int32_t ctx = 256,
-               telemetry::event_sink_ptr events = nullptr) {
+               telemetry::event_sink_ptr events = nullptr, const std::function<void(server_options &)> & configure = {}) {
         testing::tiny_vocab v;
         v.with_spm_specials_and_bytes();
         tok_ = testing::build_or_fail(v);
@@ -185,6 +187,7 @@ protected:
         o.queue_timeout_s = timeout_s;
         o.max_body_bytes = 64 * 1024;
         o.model_id = "fake";
+        if (configure) configure(o);
         server_ = std::make_unique<http_server>(*pipe_, *tok_, o, metrics_, std::move(events));
         const status st = server_->start();
         ASSERT_TRUE(st.is_ok()) << st.to_string();
@@ -562,6 +565,263 @@ TEST_F(ServerTest, StopAnswersWaitersWith503AndCancelsRunningRequests) {
     expect_openai_error(running.get(), 503);
     stopper.get();
     EXPECT_LT(pipe_->decodes(), 100);
+}
+
+}  // namespace
+}  // namespace skippy::http
+
+namespace skippy::http {
+namespace {
+
+// --- The agent API: auth, CORS, aliases, tokenize, templates and tool calls. ---
+
+TEST_F(ServerTest, ApiKeysGuardEveryRouteButHealth) {
+    start(1, 1, 1, hello_then_eos(), 256, nullptr, [](server_options & o) { o.api_keys = {"k-one", "k-two"}; });
+    expect_openai_error(post("/v1/chat/completions", k_chat + "}"), 401);
+    auto missing = client().Get("/v1/models");
+    expect_openai_error(missing, 401);
+    EXPECT_EQ(json::parse(missing->body)["error"]["code"], "invalid_api_key");
+    EXPECT_EQ(missing->get_header_value("WWW-Authenticate"), "Bearer");
+    expect_openai_error(client().Get("/v1/models", {{"Authorization", "Bearer k-on"}}), 401);
+    expect_openai_error(client().Get("/v1/models", {{"Authorization", "Bearer k-one2"}}), 401);
+    expect_openai_error(client().Get("/metrics", {{"Authorization", "Basic k-one"}}), 401);
+    auto ok = client().Get("/v1/models", {{"Authorization", "Bearer k-two"}});
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200);
+    auto chat = client().Post("/v1/chat/completions", {{"Authorization", "Bearer k-one"}}, k_chat + "}", "application/json");
+    ASSERT_TRUE(chat);
+    EXPECT_EQ(chat->status, 200) << chat->body;
+    auto health = client().Get("/health");
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->status, 200);
+}
+
+TEST(BearerKey, MatchesOnlyAWholeKey) {
+    const std::vector<std::string> keys = {"secret", "other-key"};
+    const std::string good = "Bearer secret", lower = "bearer other-key", prefix = "Bearer secre", longer = "Bearer secrets",
+                      empty = "Bearer ", none = "secret";
+    EXPECT_TRUE(bearer_key_matches(&good, keys));
+    EXPECT_TRUE(bearer_key_matches(&lower, keys));
+    EXPECT_FALSE(bearer_key_matches(&prefix, keys));
+    EXPECT_FALSE(bearer_key_matches(&longer, keys));
+    EXPECT_FALSE(bearer_key_matches(&empty, keys));
+    EXPECT_FALSE(bearer_key_matches(&none, keys));
+    EXPECT_FALSE(bearer_key_matches(nullptr, keys));
+}
+
+TEST_F(ServerTest, CorsIsOffByDefault) {
+    start(1, 1, 1, hello_then_eos());
+    auto r = client().Get("/v1/models", {{"Origin", "https://app.example"}});
+    ASSERT_TRUE(r);
+    EXPECT_FALSE(r->has_header("Access-Control-Allow-Origin"));
+    auto pre = client().Options("/v1/chat/completions",
+                                {{"Origin", "https://app.example"}, {"Access-Control-Request-Method", "POST"}});
+    ASSERT_TRUE(pre);
+    EXPECT_EQ(pre->status, 405);
+    EXPECT_FALSE(pre->has_header("Access-Control-Allow-Origin"));
+}
+
+TEST_F(ServerTest, CorsPreflightAndResponsesForTheAllowedOrigin) {
+    start(1, 1, 1, hello_then_eos(), 256, nullptr, [](server_options & o) {
+        o.cors_origin = "https://app.example";
+        o.api_keys = {"k"};
+    });
+    // A preflight carries no credentials: answered before the key check.
+    auto pre = client().Options("/chat/completions", {{"Origin", "https://app.example"},
+                                                      {"Access-Control-Request-Method", "POST"},
+                                                      {"Access-Control-Request-Headers", "authorization, content-type"}});
+    ASSERT_TRUE(pre);
+    EXPECT_EQ(pre->status, 204);
+    EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Origin"), "https://app.example");
+    EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Methods"), "POST, OPTIONS");
+    EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Headers"), "authorization, content-type");
+    EXPECT_EQ(pre->get_header_value("Vary"), "Origin");
+    auto r = client().Post("/v1/chat/completions", {{"Origin", "https://app.example"}, {"Authorization", "Bearer k"}},
+                           k_chat + ",\"stream\":true}", "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->get_header_value("Access-Control-Allow-Origin"), "https://app.example");
+    auto denied = client().Get("/v1/models", {{"Origin", "https://app.example"}});  // a 401 is readable too
+    ASSERT_TRUE(denied);
+    EXPECT_EQ(denied->status, 401);
+    EXPECT_EQ(denied->get_header_value("Access-Control-Allow-Origin"), "https://app.example");
+    auto other = client().Options("/v1/models", {{"Origin", "https://evil.example"}, {"Access-Control-Request-Method", "GET"}});
+    ASSERT_TRUE(other);
+    EXPECT_NE(other->status, 204);
+    EXPECT_FALSE(other->has_header("Access-Control-Allow-Origin"));
+}
+
+TEST_F(ServerTest, RoutesWithoutV1AreAliasesAndResponsesCarryAFingerprint) {
+    start(1, 1, 1, hello_then_eos());
+    auto m = client().Get("/models");
+    ASSERT_TRUE(m);
+    EXPECT_EQ(json::parse(m->body)["data"][0]["id"], "fake");
+    auto c = post("/chat/completions", k_chat + "}");
+    ASSERT_TRUE(c);
+    ASSERT_EQ(c->status, 200);
+    const json j = json::parse(c->body);
+    EXPECT_EQ(j["choices"][0]["message"]["content"], "Hello world");
+    EXPECT_EQ(j["system_fingerprint"].get<std::string>().rfind("fp_", 0), 0u);
+    auto t = post("/completions", R"({"prompt":"Hi","max_tokens":2})");
+    ASSERT_TRUE(t);
+    EXPECT_EQ(json::parse(t->body)["system_fingerprint"], j["system_fingerprint"]);
+    auto s = post("/v1/chat/completions", k_chat + ",\"stream\":true}");
+    ASSERT_TRUE(s);
+    for (const std::string & p : sse_payloads(s->body)) {
+        if (p == "[DONE]") continue;
+        EXPECT_EQ(json::parse(p)["system_fingerprint"], j["system_fingerprint"]) << p;
+    }
+}
+
+TEST_F(ServerTest, TokenizeAndDetokenize) {
+    start(1, 1, 1, hello_then_eos());
+    auto t = post("/tokenize", R"({"content":"Hi"})");
+    ASSERT_TRUE(t);
+    ASSERT_EQ(t->status, 200) << t->body;
+    const json tokens = json::parse(t->body)["tokens"];
+    EXPECT_EQ(tokens, json(tok_->tokenize("Hi", false, true)));
+    auto with_bos = post("/tokenize", R"({"content":"Hi","add_special":true})");
+    ASSERT_TRUE(with_bos);
+    EXPECT_EQ(json::parse(with_bos->body)["tokens"], json(tok_->tokenize("Hi", tok_->add_bos_default(), true)));
+    auto d = post("/detokenize", json{{"tokens", tokens}}.dump());
+    ASSERT_TRUE(d);
+    ASSERT_EQ(d->status, 200) << d->body;
+    EXPECT_EQ(json::parse(d->body)["content"], tok_->detokenize(tokens.get<std::vector<token_id>>()));
+    expect_openai_error(post("/tokenize", R"({"content":5})"), 400);
+    expect_openai_error(post("/tokenize", "[]"), 400);
+    expect_openai_error(post("/detokenize", R"({"tokens":[-1]})"), 400);
+    expect_openai_error(post("/detokenize", R"({"tokens":[99999999]})"), 400);
+    expect_openai_error(client().Get("/tokenize"), 405);
+}
+
+// A Hermes-style template (Qwen3's markers) small enough to read; the comment names
+// <think>, so the answer's reasoning is read as Qwen3's.
+const char * k_hermes_template = R"({#- answers may open with <think> -#}
+{%- for m in messages -%}
+<|im_start|>{{ m.role }}
+{{ m.content }}{% for c in m.tool_calls or [] %}<tool_call>{{ c.function.name }}</tool_call>{% endfor %}<|im_end|>
+{% endfor -%}
+{%- if tools %}{% for t in tools %}[tool {{ t.function.name }}]{% endfor %}{% endif -%}
+{%- if messages[-1].content == 'raise' %}{{ raise_exception('the template refuses this') }}{% endif -%}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif %})";
+
+const std::string k_tool_chat =
+    R"({"messages":[{"role":"user","content":"weather?"}],"tools":[{"type":"function","function":{"name":"get_weather",)"
+    R"("parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}])";
+
+std::vector<token_id> script_of(const std::string & text) {
+    auto s = bytes_of(text);
+    s.push_back(k_eos);
+    return s;
+}
+
+void use_hermes(server_options & o) {
+    auto t = chat::chat_template::from_jinja(k_hermes_template, "<s>", "</s>");
+    ASSERT_TRUE(t.is_ok()) << t.error().to_string();
+    o.chat_template = std::make_shared<const chat::chat_template>(std::move(t).value());
+}
+
+TEST_F(ServerTest, ToolCallsComeBackAsToolCalls) {
+    start(1, 1, 1,
+          script_of("<think>\nweather tool\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                    "{\"city\": \"Paris\"}}\n</tool_call>"),
+          256, nullptr, use_hermes);
+    auto r = post("/v1/chat/completions", k_tool_chat + "}");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json j = json::parse(r->body);
+    const json & m = j["choices"][0]["message"];
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+    EXPECT_TRUE(m["content"].is_null()) << m;
+    EXPECT_EQ(m["reasoning_content"], "weather tool");
+    ASSERT_EQ(m["tool_calls"].size(), 1u);
+    EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_weather");
+    EXPECT_EQ(json::parse(m["tool_calls"][0]["function"]["arguments"].get<std::string>()), json({{"city", "Paris"}}));
+    // The prompt the template rendered, tools included, reached the pipeline.
+    const std::string prompt = tok_->detokenize(pipe_->last_prompt(), true);
+    EXPECT_NE(prompt.find("get_weather]<|im_start|>assistant"), std::string::npos) << prompt;
+
+    // Streaming: reasoning, then the call's name, then its arguments, then tool_calls.
+    auto s = post("/v1/chat/completions", k_tool_chat + R"(,"stream":true})");
+    ASSERT_TRUE(s);
+    ASSERT_EQ(s->status, 200);
+    std::string reasoning, content, name, arguments, finish;
+    int name_chunks = 0;
+    for (const std::string & p : sse_payloads(s->body)) {
+        if (p == "[DONE]") continue;
+        const json c = json::parse(p);
+        const json & d = c["choices"][0]["delta"];
+        if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+        if (d.contains("content")) content += d["content"].get<std::string>();
+        if (d.contains("tool_calls")) {
+            const json & tc = d["tool_calls"][0];
+            EXPECT_EQ(tc["index"], 0);
+            if (tc["function"].contains("name")) {
+                ++name_chunks;
+                EXPECT_TRUE(arguments.empty());
+                EXPECT_EQ(tc["id"].get<std::string>().rfind("call_", 0), 0u);
+                name = tc["function"]["name"];
+            }
+            arguments += tc["function"]["arguments"].get<std::string>();
+        }
+        if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+    }
+    EXPECT_EQ(reasoning, "weather tool");
+    EXPECT_EQ(content, "");
+    EXPECT_EQ(name_chunks, 1);
+    EXPECT_EQ(name, "get_weather");
+    EXPECT_EQ(json::parse(arguments), json({{"city", "Paris"}}));
+    EXPECT_EQ(finish, "tool_calls");
+}
+
+TEST_F(ServerTest, AToolCallTheModelGotWrongIsPlainText) {
+    const std::string wrong = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": }\n</tool_call>";
+    start(1, 1, 1, script_of(wrong), 256, nullptr, use_hermes);
+    auto r = post("/v1/chat/completions", k_tool_chat + "}");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200);
+    const json j = json::parse(r->body);
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+    EXPECT_EQ(j["choices"][0]["message"]["content"], wrong);
+    EXPECT_FALSE(j["choices"][0]["message"].contains("tool_calls"));
+}
+
+TEST_F(ServerTest, ToolMessagesGoThroughTheTemplateAndItsErrorsAre400) {
+    start(1, 1, 1, hello_then_eos(), 256, nullptr, use_hermes);
+    auto r = post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"weather?"},
+        {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},
+        {"role":"tool","tool_call_id":"c1","content":"sunny"}]})");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const std::string prompt = tok_->detokenize(pipe_->last_prompt(), true);
+    EXPECT_NE(prompt.find("<tool_call>get_weather</tool_call>"), std::string::npos) << prompt;
+    EXPECT_NE(prompt.find("<|im_start|>tool\nsunny"), std::string::npos) << prompt;
+    auto raised = post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"raise"}]})");
+    expect_openai_error(raised, 400);
+    EXPECT_EQ(json::parse(raised->body)["error"]["message"], "the template refuses this");
+}
+
+TEST_F(ServerTest, RequiredToolChoiceNeedsSchemasItsGrammarCanRead) {
+    start(1, 1, 1, hello_then_eos(), 256, nullptr, use_hermes);
+    auto ok = post("/v1/chat/completions", k_tool_chat + R"(,"tool_choice":"required"})");
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200) << ok->body;
+    auto bad = post("/v1/chat/completions",
+                    R"({"messages":[{"role":"user","content":"x"}],"tool_choice":{"type":"function","function":{"name":"f"}},)"
+                    R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object",)"
+                    R"("properties":{"a":{"$ref":"#/nowhere"}}}}}]})");
+    expect_openai_error(bad, 400);
+    EXPECT_EQ(json::parse(bad->body)["error"]["param"], "tools");
+}
+
+TEST_F(ServerTest, ToolsOnABuiltinTemplateAre400) {
+    start(1, 1, 1, hello_then_eos());
+    expect_openai_error(post("/v1/chat/completions", k_tool_chat + "}"), 400);
+    // tool_choice none: the tools are not used, so any template serves.
+    auto r = post("/v1/chat/completions", k_tool_chat + R"(,"tool_choice":"none"})");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
 }
 
 }  // namespace

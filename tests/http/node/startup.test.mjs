@@ -34,3 +34,34 @@ test('load progress lines, then the resolved configuration on the startup line',
     await server.stop();
   }
 });
+
+test('a chat template that does not parse stops serve at startup, naming the construct', async () => {
+  const { spawnSync } = await import('node:child_process');
+  const { mkdtempSync, writeFileSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const dir = mkdtempSync(join(tmpdir(), 'skippy-template-'));
+  try {
+    const bad = join(dir, 'bad.jinja');
+    writeFileSync(bad, '{% for m in messages %}{{ m.content }}{% endfor %}\n{% extends "base.html" %}\n');
+    const r = spawnSync(process.env.SKIPPY_BINARY, ['serve', '-m', process.env.SKIPPY_HTTP_MODEL, '--port', '0',
+      '--chat-template', bad], { encoding: 'utf8', timeout: 60000 });
+    assert.notEqual(r.status, 0);
+    assert.match(r.stderr, /line 2, column \d+: .*'extends'/);
+    const named = spawnSync(process.env.SKIPPY_BINARY, ['serve', '-m', process.env.SKIPPY_HTTP_MODEL, '--port', '0',
+      '--chat-template', 'no-such-template'], { encoding: 'utf8', timeout: 60000 });
+    assert.notEqual(named.status, 0);
+    assert.match(named.stderr, /neither a built-in template/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('the startup line names the chat template in use', async () => {
+  const server = await startServer(['--lanes', '1', '--chat-template', 'chatml']);
+  try {
+    assert.match(server.stderr().split('\n').find((l) => l.includes('listening on')), /chat template builtin chatml,/);
+  } finally {
+    await server.stop();
+  }
+});

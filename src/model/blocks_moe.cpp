@@ -126,15 +126,14 @@ void moe_ffn(const layer_pass & p, const layer_weights & lw, expert_activation a
         jobs.push_back({mw.up.of(e), x_in + s0 * n_embd, count, up + s0 * n_ff});
     }
     kernels::matmul_grouped(jobs, p.pool);
-    const auto expert_of_slot = [&](int64_t s) {
-        return static_cast<int32_t>(std::upper_bound(first, first + n_expert + 1, s) - first) - 1;
-    };
-    for_rows(p.pool, static_cast<int64_t>(n_slots), [&](int64_t s0, int64_t s1) {
-        for (int64_t s = s0; s < s1; ++s) {
+    // By row, so that decode's single row runs inline.
+    for_rows(p.pool, n, [&](int64_t t0, int64_t t1) {
+        for (int64_t rs = t0 * k; rs < t1 * k; ++rs) {
+            const int64_t s = slot_of[rs];
             float * g = gate + s * n_ff;
             float * u = up + s * n_ff;
             if (mw.gate_bias) {
-                const int64_t e = expert_of_slot(s);
+                const int64_t e = experts[rs];
                 for (int64_t i = 0; i < n_ff; ++i) g[i] += mw.gate_bias[e * n_ff + i];
                 for (int64_t i = 0; i < n_ff; ++i) u[i] += mw.up_bias[e * n_ff + i];
             }

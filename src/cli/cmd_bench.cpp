@@ -157,7 +157,6 @@ int run_bench(const bench_options & o) {
     j["ttft_ms"] = median(ttft_ms);
     j["peak_rss_bytes"] = rss;
     j["read_bandwidth_bytes_per_s"] = bandwidth;
-    j["decode_weight_bytes_per_token"] = bytes_per_token;
     j["decode_bandwidth_ratio"] = bandwidth > 0 ? decode * static_cast<double>(bytes_per_token) / bandwidth : 0.0;
     if (o.json) {
         std::printf("%s\n", j.dump().c_str());

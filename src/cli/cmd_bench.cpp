@@ -160,13 +160,19 @@ std::string weight_type_name(const gguf::file & f) {
 }
 
 // Weight bytes one decode step reads: every layer matrix and the output head (the
-// embedding lookup reads one row).
+// embedding lookup reads one row). Of a mixture of experts' expert tensors
+// (blk.N.ffn_*_exps.*), a token reads only its expert_used_count of expert_count experts.
 int64_t decode_weight_bytes(const gguf::file & f) {
     int64_t total = 0;
     const bool tied = f.find_tensor("output.weight") == nullptr;
+    const std::string arch = f.get_string("general.architecture").value_or("");
+    const int64_t n_expert = f.get_int(arch + ".expert_count").value_or(0);
+    const int64_t n_used = f.get_int(arch + ".expert_used_count").value_or(0);
     for (const auto & t : f.tensors()) {
         if (t.name == "token_embd.weight" && !tied) continue;
-        total += static_cast<int64_t>(t.n_bytes);
+        const bool experts = t.name.find("_exps.") != std::string::npos && n_expert > 0 && n_used > 0 && n_used <= n_expert;
+        total += experts ? static_cast<int64_t>(t.n_bytes / static_cast<size_t>(n_expert) * static_cast<size_t>(n_used))
+                         : static_cast<int64_t>(t.n_bytes);
     }
     return total;
 }

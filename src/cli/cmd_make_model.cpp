@@ -14,7 +14,7 @@ namespace {
 struct make_model_flags {
     std::string preset;
     std::string arch;
-    int32_t     n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_ff = 0, n_vocab = 0;
+    int32_t     n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, n_ff = 0, n_vocab = 0, n_expert = 0, n_expert_used = 0;
     std::string vocab_from;
     std::string type;
     uint64_t    seed = 1;
@@ -37,6 +37,8 @@ int run_make_model(const make_model_flags & f) {
     if (given("--n-head-kv")) o.n_head_kv = f.n_head_kv;
     if (given("--n-ff")) o.n_ff = f.n_ff;
     if (given("--n-vocab")) o.n_vocab = f.n_vocab;
+    if (given("--n-expert")) o.n_expert = f.n_expert;
+    if (given("--n-expert-used")) o.n_expert_used = f.n_expert_used;
     if (given("--type")) o.type = f.type;
     o.seed = f.seed;
     std::shared_ptr<const gguf::file> vocab;
@@ -65,12 +67,14 @@ void add_make_model_command(CLI::App & app, command_runner & run) {
     cmd->add_option("--preset", f->preset, "Start from a preset: tiny (README demo) or bench-200m (benchmarks)")
         ->check(CLI::IsMember({"tiny", "bench-200m"}));
     cmd->add_option("--arch", f->arch, std::string("Architecture: ") + synthetic_arch_names())
-        ->check(CLI::IsMember({"llama", "llama3", "qwen2", "qwen3", "gemma3", "phi3"}));
+        ->check(CLI::IsMember({"llama", "llama3", "qwen2", "qwen3", "gemma3", "phi3", "qwen3moe", "gpt-oss"}));
     add_number(cmd, "--n-embd", f->n_embd, "Embedding width", 1, 65536);
     add_number(cmd, "--n-layer", f->n_layer, "Transformer layers", 1, 1024);
     add_number(cmd, "--n-head", f->n_head, "Attention heads", 1, 4096);
     add_number(cmd, "--n-head-kv", f->n_head_kv, "Key/value heads", 1, 4096);
-    add_number(cmd, "--n-ff", f->n_ff, "Feed-forward width", 1, 1 << 20);
+    add_number(cmd, "--n-ff", f->n_ff, "Feed-forward width (mixtures of experts: of one expert)", 1, 1 << 20);
+    add_number(cmd, "--n-expert", f->n_expert, "qwen3moe, gpt-oss: experts per layer (default 8)", 1, 4096);
+    add_number(cmd, "--n-expert-used", f->n_expert_used, "qwen3moe, gpt-oss: experts per token (default 2)", 1, 4096);
     auto * nv = add_number(cmd, "--n-vocab", f->n_vocab, "Size of the generated SPM vocabulary", 267, 1 << 22);
     cmd->add_option("--vocab-from", f->vocab_from, "Copy the vocabulary of this GGUF file")->check(CLI::ExistingFile)->excludes(nv);
     cmd->add_option("--type", f->type, "Weight type: " + quant_mix_names() + " (case-insensitive)");

@@ -1,12 +1,16 @@
-// skippy serve-stage: run stage I >= 1 of a topology; skippy split-plan: print an even
-// topology for a model.
+// skippy serve-stage: run stage I >= 1 of a topology; skippy split-plan: print a
+// topology for a model, its stages balanced by layer count or, when layers differ, by
+// bytes of weights (model/split_plan.h).
 #include "base/log.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "http/metrics_server.h"
+#include "model/split_plan.h"
 #include "telemetry/metrics.h"
 #include "transport/chain.h"
 #include "transport/stage_server.h"
+
+#include <nlohmann/json.hpp>
 
 #include <csignal>
 #include <filesystem>
@@ -101,7 +105,14 @@ int run_split_plan(const split_plan_options & o) {
     if (ec) return fail(make_error(error_code::invalid_argument, "cannot resolve " + o.model_path + ": " + ec.message()));
     auto topo = transport::even_split(model_path, hp->n_layer, o.stages, o.host, static_cast<uint16_t>(o.base_port));
     if (!topo.is_ok()) return fail(topo.error());
-    std::printf("%s\n", topo->to_json().c_str());
+    auto split = plan_layer_split(**file, hp->n_layer, o.stages);
+    if (!split.is_ok()) return fail(split.error());
+    for (size_t i = 0; i < topo->stages.size(); ++i) topo->stages[i].layers = split->stages[i];
+    // The topology parser ignores keys it does not know: the plan says how it was cut.
+    nlohmann::json j = nlohmann::json::parse(topo->to_json());
+    j["split"] = split->by_bytes ? "weight_bytes" : "layers";
+    j["stage_weight_bytes"] = split->stage_bytes;
+    std::printf("%s\n", j.dump().c_str());
     return 0;
 }
 
@@ -119,7 +130,7 @@ void add_stage_commands(CLI::App & app, command_runner & run) {
     serve->callback([&run, s] { run = [s] { return run_serve_stage(*s); }; });
 
     auto p = std::make_shared<split_plan_options>();
-    CLI::App * plan = app.add_subcommand("split-plan", "Print an even topology for a model");
+    CLI::App * plan = app.add_subcommand("split-plan", "Print a topology for a model, stages balanced by weight bytes when layers differ");
     plan->add_option("-m,--model", p->model_path, "GGUF model file")->required()->check(CLI::ExistingFile);
     add_number(plan, "--stages", p->stages, "Number of stages", 1, 64)->required();
     add_number(plan, "--base-port", p->base_port, "Port of stage 0; stage i listens on base + i", 1, 65535)->capture_default_str();

@@ -4,6 +4,8 @@
 
 #include "kernels/quants_scalar.h"
 
+#include <algorithm>
+
 namespace skippy::kernels {
 
 void gelu_gated(const float * gate, const float * up, float * out, int64_t n) {
@@ -16,6 +18,15 @@ void gelu_gated(const float * gate, const float * up, float * out, int64_t n) {
         const float e = scalar::exp_approx(-2.0f * u);
         const float g = x / (1.0f + e);
         out[i] = g * up[i];
+    }
+}
+
+void swiglu_clamped(const float * gate, const float * up, float * out, int64_t n, float alpha, float limit) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float x = std::min(gate[i], limit);
+        const float y = std::clamp(up[i], -limit, limit);
+        const float g = x / (1.0f + scalar::exp_approx(alpha * -x));
+        out[i] = g * (y + 1.0f);
     }
 }
 

@@ -72,6 +72,23 @@ struct matmul_output {
 // n_cols; the y buffers do not overlap each other or x.
 void matmul_many(std::span<const matmul_output> outputs, const float * x, int64_t n_tokens, thread_pool * pool);
 
+// One product of matmul_grouped, over activations of its own: y = w x with x
+// [n_tokens, w.n_cols] and y [n_tokens, w.n_rows], both token-major.
+struct matmul_job {
+    matrix_view   w;
+    const float * x = nullptr;
+    int64_t       n_tokens = 0;
+    float *       y = nullptr;
+};
+
+// Several products with their own inputs in one parallel job (the experts of a
+// mixture-of-experts layer, each over the rows routed to it): each y bitwise what
+// matmul(j.w, j.x, j.n_tokens, j.y, pool) writes. Jobs with the same x, n_tokens and
+// activation format share one conversion; each weight row is read once per call.
+// Jobs with n_tokens 0 are skipped.
+// REQUIRES: every job as matmul requires; no y overlaps another y or any x.
+void matmul_grouped(std::span<const matmul_job> jobs, thread_pool * pool);
+
 // Dot products of rows of a plain type (F32 or F16, e.g. keys of the KV cache) with
 // rows of the same type (e.g. queries converted once):
 //   y[t * y_stride + r] = dot(rows + r * row_stride_bytes, x + t * x_stride_bytes)
@@ -141,5 +158,11 @@ private:
 // with exp_shifted's exp. One implementation for every path (scalar and AVX2 builds run
 // the same operations), so the bits never depend on the kernel path.
 void gelu_gated(const float * gate, const float * up, float * out, int64_t n);
+
+// out[i] = g * (u + 1) with g = x / (1 + exp(-alpha x)), x = min(gate[i], limit) and
+// u = clamp(up[i], -limit, limit): gpt-oss's clamped SwiGLU (alpha 1.702, limit 7 in
+// llama.cpp), with exp_shifted's exp; one implementation for every path. out may be
+// gate or up.
+void swiglu_clamped(const float * gate, const float * up, float * out, int64_t n, float alpha, float limit);
 
 }  // namespace skippy::kernels

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cassert>
+#include <cstdint>
 #include <vector>
 
 namespace skippy::kernels {
@@ -34,16 +35,6 @@ void loop_mul_tile(vec_dot_fn vec_dot, const uint8_t * w, size_t w_row_bytes, in
     }
 }
 
-// Per-thread scratch for converted activations, one buffer per activation format of a
-// call: grows to the largest batch seen and is reused, so steady-state decode and
-// prefill do not allocate.
-uint8_t * activation_scratch(size_t slot, size_t n_bytes) {
-    thread_local std::array<std::vector<uint8_t>, k_max_outputs> buffers;
-    std::vector<uint8_t> & buffer = buffers[slot];
-    if (buffer.size() < n_bytes) buffer.resize(n_bytes);
-    return buffer.data();
-}
-
 void run(thread_pool * pool, int64_t n_tasks, const std::function<void(int64_t)> & fn) {
     if (pool != nullptr && n_tasks > 1) {
         pool->parallel_for(n_tasks, fn);
@@ -55,104 +46,139 @@ void run(thread_pool * pool, int64_t n_tasks, const std::function<void(int64_t)>
 // One product of the call, with its kernels and converted activations.
 struct product {
     const type_kernels * wk = nullptr;
-    const matmul_output * out = nullptr;
+    const matmul_job *   job = nullptr;
     size_t          w_row_bytes = 0;
-    const uint8_t * xq = nullptr;
+    size_t          conversion = SIZE_MAX;  // index into the call's conversions; SIZE_MAX: F32 as is
     size_t          xq_row_bytes = 0;
     int64_t         first_group = 0;  // index of its first row group in the call
 };
 
+// One activation matrix converted to one vec_dot_type: rows [first_row, first_row +
+// n_tokens) of the call's flat list of converted rows.
+struct conversion {
+    const float *        x = nullptr;
+    int64_t              n_tokens = 0;
+    int64_t              n = 0;
+    tensor_type          type = tensor_type::f32;
+    const type_kernels * ak = nullptr;
+    size_t               row_bytes = 0;
+    size_t               offset = 0;     // into the scratch buffer
+    int64_t              first_row = 0;
+};
+
+// Per calling thread: grows to the largest call seen and is reused, so steady-state
+// decode and prefill do not allocate. (Workers reach the caller's through references.)
+struct call_scratch {
+    std::vector<product>    products;
+    std::vector<conversion> conversions;
+    std::vector<uint8_t>    activations;
+};
+
 }  // namespace
 
-void matmul_many(std::span<const matmul_output> outputs, const float * x, int64_t n_tokens, thread_pool * pool) {
-    if (n_tokens <= 0 || outputs.empty()) return;
-    assert(outputs.size() <= k_max_outputs);
-    const int64_t n = outputs[0].w.n_cols;
+void matmul_grouped(std::span<const matmul_job> jobs, thread_pool * pool) {
+    if (jobs.empty()) return;
+    thread_local call_scratch tls;
+    call_scratch & s = tls;  // the lambdas below run on workers: they must see this thread's
     const int64_t n_threads = pool != nullptr ? pool->n_threads() : 1;
 
-    // Activation formats: each distinct vec_dot_type is converted once.
-    struct format {
-        tensor_type          type;
-        const type_kernels * ak;
-        size_t               row_bytes;
-        uint8_t *            data;
-    };
-    std::array<format, k_max_outputs> formats{};
-    size_t n_formats = 0;
-    std::array<product, k_max_outputs> products{};
+    // Activation formats: each distinct (input, vec_dot_type) is converted once.
+    s.products.assign(jobs.size(), product{});
+    s.conversions.clear();
+    size_t n_bytes = 0;
+    int64_t n_conv_rows = 0;
     int64_t n_groups = 0;
-    for (size_t i = 0; i < outputs.size(); ++i) {
-        const matrix_view & w = outputs[i].w;
-        assert(w.n_cols == n && "matmul_many: products must share the input width");
-        product & p = products[i];
-        p.wk = active_kernels(w.type);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        const matmul_job & j = jobs[i];
+        product & p = s.products[i];
+        p.job = &j;
+        if (j.n_tokens <= 0 || j.w.n_rows <= 0) continue;
+        p.wk = active_kernels(j.w.type);
         assert(p.wk != nullptr && p.wk->vec_dot != nullptr && "matmul on an unsupported weight type");
-        p.out = &outputs[i];
-        p.w_row_bytes = row_bytes(w.type, n);
+        const int64_t n = j.w.n_cols;
+        p.w_row_bytes = row_bytes(j.w.type, n);
         p.xq_row_bytes = row_bytes(p.wk->vec_dot_type, n);
         p.first_group = n_groups;
-        n_groups += (std::max<int64_t>(w.n_rows, 0) + k_row_align - 1) / k_row_align;
-        if (p.wk->vec_dot_type == tensor_type::f32) {
-            p.xq = reinterpret_cast<const uint8_t *>(x);  // F32 weights take activations as they are
-            continue;
+        n_groups += (j.w.n_rows + k_row_align - 1) / k_row_align;
+        if (p.wk->vec_dot_type == tensor_type::f32) continue;  // F32 weights take activations as they are
+        size_t c = 0;
+        while (c < s.conversions.size() && !(s.conversions[c].x == j.x && s.conversions[c].type == p.wk->vec_dot_type &&
+                                             s.conversions[c].n == n && s.conversions[c].n_tokens == j.n_tokens)) {
+            ++c;
         }
-        size_t f = 0;
-        while (f < n_formats && formats[f].type != p.wk->vec_dot_type) ++f;
-        if (f == n_formats) {
+        if (c == s.conversions.size()) {
             const type_kernels * ak = active_kernels(p.wk->vec_dot_type);
             assert(ak != nullptr && ak->from_float_activation != nullptr);
-            formats[f] = {p.wk->vec_dot_type, ak, p.xq_row_bytes,
-                          activation_scratch(f, static_cast<size_t>(n_tokens) * p.xq_row_bytes)};
-            ++n_formats;
+            s.conversions.push_back({j.x, j.n_tokens, n, p.wk->vec_dot_type, ak, p.xq_row_bytes, n_bytes, n_conv_rows});
+            n_bytes += static_cast<size_t>(j.n_tokens) * p.xq_row_bytes;
+            n_conv_rows += j.n_tokens;
         }
-        p.xq = formats[f].data;
+        p.conversion = c;
     }
     if (n_groups == 0) return;
+    if (s.activations.size() < n_bytes) s.activations.resize(n_bytes);
 
-    // Convert activations, a few tokens per task.
-    if (n_formats > 0) {
-        const int64_t n_chunks = std::min(n_tokens, 4 * n_threads);
-        const int64_t tokens_per_chunk = (n_tokens + n_chunks - 1) / n_chunks;
-        run(pool, n_chunks * static_cast<int64_t>(n_formats), [&](int64_t task) {
-            const format & f = formats[static_cast<size_t>(task % static_cast<int64_t>(n_formats))];
-            const int64_t chunk = task / static_cast<int64_t>(n_formats);
-            const int64_t t1 = std::min(n_tokens, (chunk + 1) * tokens_per_chunk);
-            for (int64_t t = chunk * tokens_per_chunk; t < t1; ++t) {
-                f.ak->from_float_activation(x + t * n, f.data + t * f.row_bytes, n);
+    // Convert activations: the rows of every conversion, numbered in order, a few
+    // contiguous ranges per thread.
+    if (n_conv_rows > 0) {
+        const int64_t n_chunks = std::min(n_conv_rows, 4 * n_threads);
+        const int64_t rows_per_chunk = (n_conv_rows + n_chunks - 1) / n_chunks;
+        run(pool, n_chunks, [&](int64_t chunk) {
+            const int64_t r0 = chunk * rows_per_chunk;
+            const int64_t r1 = std::min(n_conv_rows, r0 + rows_per_chunk);
+            for (const conversion & c : s.conversions) {
+                const int64_t t0 = std::max<int64_t>(0, r0 - c.first_row);
+                const int64_t t1 = std::min(c.n_tokens, r1 - c.first_row);
+                for (int64_t t = t0; t < t1; ++t) {
+                    c.ak->from_float_activation(c.x + t * c.n, s.activations.data() + c.offset + static_cast<size_t>(t) * c.row_bytes, c.n);
+                }
             }
         });
     }
 
     // Row groups of all products, numbered in order, shared out in contiguous ranges:
     // a few per thread so uneven threads still finish together. Every task covers all
-    // tokens: each weight row is read from memory once per call and reused from cache
-    // for every token (the tiles loop over tokens inside).
+    // of a product's tokens: each weight row is read from memory once per call and
+    // reused from cache for every token (the tiles loop over tokens inside).
     const int64_t n_tasks = std::min<int64_t>(n_groups, n_threads == 1 ? 1 : 4 * n_threads);
     const int64_t groups_per_task = (n_groups + n_tasks - 1) / n_tasks;
     run(pool, n_tasks, [&](int64_t task) {
         const int64_t g0 = task * groups_per_task;
         const int64_t g1 = std::min(n_groups, g0 + groups_per_task);
-        for (size_t i = 0; i < outputs.size(); ++i) {
-            const product & p = products[i];
-            const matrix_view & w = p.out->w;
+        for (const product & p : s.products) {
+            if (p.wk == nullptr) continue;
+            const matmul_job & j = *p.job;
             const int64_t r0 = std::max<int64_t>(0, (g0 - p.first_group) * k_row_align);
-            const int64_t r1 = std::min(w.n_rows, (g1 - p.first_group) * k_row_align);
+            const int64_t r1 = std::min(j.w.n_rows, (g1 - p.first_group) * k_row_align);
             if (r0 >= r1) continue;
-            const uint8_t * w_rows = w.data + r0 * p.w_row_bytes;
-            float * y = p.out->y + r0;
+            const uint8_t * xq = p.conversion == SIZE_MAX ? reinterpret_cast<const uint8_t *>(j.x)
+                                                          : s.activations.data() + s.conversions[p.conversion].offset;
+            const uint8_t * w_rows = j.w.data + r0 * p.w_row_bytes;
+            float * y = j.y + r0;
             if (p.wk->mul_tile != nullptr) {
-                p.wk->mul_tile(w_rows, p.w_row_bytes, r1 - r0, p.xq, p.xq_row_bytes, n_tokens, n, y, w.n_rows);
+                p.wk->mul_tile(w_rows, p.w_row_bytes, r1 - r0, xq, p.xq_row_bytes, j.n_tokens, j.w.n_cols, y, j.w.n_rows);
             } else {
-                loop_mul_tile(p.wk->vec_dot, w_rows, p.w_row_bytes, r1 - r0, p.xq, p.xq_row_bytes, n_tokens, n, y,
-                              w.n_rows);
+                loop_mul_tile(p.wk->vec_dot, w_rows, p.w_row_bytes, r1 - r0, xq, p.xq_row_bytes, j.n_tokens, j.w.n_cols, y,
+                              j.w.n_rows);
             }
         }
     });
 }
 
+void matmul_many(std::span<const matmul_output> outputs, const float * x, int64_t n_tokens, thread_pool * pool) {
+    assert(outputs.size() <= k_max_outputs);
+    std::array<matmul_job, k_max_outputs> jobs{};
+    const size_t n = std::min(outputs.size(), k_max_outputs);
+    for (size_t i = 0; i < n; ++i) {
+        assert(outputs[i].w.n_cols == outputs[0].w.n_cols && "matmul_many: products must share the input width");
+        jobs[i] = {outputs[i].w, x, n_tokens, outputs[i].y};
+    }
+    matmul_grouped(std::span<const matmul_job>(jobs.data(), n), pool);
+}
+
 void matmul(const matrix_view & w, const float * x, int64_t n_tokens, float * y, thread_pool * pool) {
-    const matmul_output out{w, y};
-    matmul_many(std::span<const matmul_output>(&out, 1), x, n_tokens, pool);
+    const matmul_job job{w, x, n_tokens, y};
+    matmul_grouped(std::span<const matmul_job>(&job, 1), pool);
 }
 
 }  // namespace skippy::kernels

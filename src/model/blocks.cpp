@@ -131,6 +131,7 @@ struct head_group {
     const uint8_t *     q_rows;
     int32_t             n_heads, hd;
     float               kq_scale;
+    const float *       sinks;  // per query head of the group, or null
     float *             out;
 
     // Keys [j0, j0 + n_keys) of KV block b are the group's.
@@ -156,6 +157,12 @@ void attend_online(const head_group & h) {
     scores.resize(static_cast<size_t>(h.n_heads) * static_cast<size_t>(h.bt));
     running_max.assign(static_cast<size_t>(h.n_heads), -INFINITY);
     running_sum.assign(static_cast<size_t>(h.n_heads), 0.0f);
+    if (h.sinks) {  // the sink as a first key of weight exp(0) and no value
+        for (int32_t g = 0; g < h.n_heads; ++g) {
+            running_max[static_cast<size_t>(g)] = h.sinks[g];
+            running_sum[static_cast<size_t>(g)] = 1.0f;
+        }
+    }
     for (int64_t b = h.first_key / h.bt; b <= h.pos / h.bt; ++b) {
         int32_t j0 = 0, n_keys = 0;
         h.keys_of_block(b, j0, n_keys);
@@ -212,9 +219,15 @@ void attend_two_pass(const head_group & h) {
             sg[j] = sg[j] * h.kq_scale;
             mx = std::max(mx, sg[j]);
         }
+        if (h.sinks) mx = std::max(mx, h.sinks[g]);
         kernels::exp_shifted(sg, mx, sg, n_keys_total);
         double sum = 0;
         for (int64_t j = 0; j < n_keys_total; ++j) sum += static_cast<double>(sg[j]);
+        if (h.sinks) {  // ggml's soft_max with sinks: exp(sink - max) joins the sum only
+            float e = 0;
+            kernels::exp_shifted(&h.sinks[g], mx, &e, 1);
+            sum += static_cast<double>(e);
+        }
         const float inv = static_cast<float>(1.0 / sum);
         for (int64_t j = 0; j < n_keys_total; ++j) {
             const float pj = sg[j] * inv;
@@ -295,6 +308,7 @@ void attention(const layer_pass & p, const float * q, float * out, const attenti
                            heads_per_task,
                            hd,
                            a.kq_scale,
+                           a.sinks ? a.sinks + h0 : nullptr,
                            out + t * hp.q_dim() + static_cast<int64_t>(h0) * hd};
         if (a.f16_probabilities) {
             attend_two_pass(h);
@@ -438,7 +452,11 @@ void prenorm_layer(const layer_pass & p, const layer_weights & lw, const prenorm
     attention(p, ws.q.data(), ws.attn.data(), {o.kq_scale, lw.kind == layer_kind::sliding_attention ? p.hp.n_swa : 0, o.f16_probabilities});
     kernels::matmul(lw.wo, ws.attn.data(), p.n_rows, ws.cur.data(), p.pool);
     residual(p, ws.cur.data(), lw.ffn_norm);
-    ffn(p, lw, o.act, ws.cur.data(), ws.attn.data());
+    if (lw.moe.router.data) {
+        moe_ffn(p, lw, kernels::swiglu, ws.cur.data(), ws.attn.data());
+    } else {
+        ffn(p, lw, o.act, ws.cur.data(), ws.attn.data());
+    }
     residual(p, ws.attn.data(), nullptr);
 }
 

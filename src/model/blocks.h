@@ -52,6 +52,9 @@ struct attention_params {
     // two passes over the row's keys (scores kept, linear in the sequence) instead of
     // the online softmax's one.
     bool    f16_probabilities = false;
+    // Attention sinks (gpt-oss): one learned logit per query head, in the softmax's
+    // denominator as if it were one more key with no value; null: none.
+    const float * sinks = nullptr;
 };
 
 // out[t, h*head_dim ...] = softmax(q_t,h . K * kq_scale) V over the keys row t may see
@@ -66,6 +69,27 @@ enum class ffn_activation { silu, gelu };
 // absent, lw.ffn_up holds the gate rows then the up rows (phi3's fused tensor).
 // Uses ws.gate and ws.up; out must not be in, ws.gate or ws.up.
 void ffn(const layer_pass & p, const layer_weights & lw, ffn_activation act, const float * in, float * out);
+
+// The feed-forward network of a mixture-of-experts layer (docs/model.md, "Mixture of
+// experts"): out[t] = sum over the row's k experts, in rank order (the highest weight
+// first; equal ones by expert id), of w_j * expert_j(in[t]), plus the shared expert.
+// The router gives each row its experts from that row alone, and each expert runs once
+// over the rows routed to it (kernels::matmul_grouped: one pass over each selected
+// expert's weights), so a row's experts, their outputs and the order they are summed in
+// never depend on the other rows. `act` is the experts' gated activation over n values.
+// Uses ws.moe_*, ws.gate and ws.up; out must not be in.
+using expert_activation = void (*)(const float * gate, const float * up, float * out, int64_t n);
+void moe_ffn(const layer_pass & p, const layer_weights & lw, expert_activation act, const float * in, float * out);
+
+// The experts' keys under the architecture's prefix into hp.moe (expert_count,
+// expert_used_count, expert_feed_forward_length, expert_shared_feed_forward_length,
+// expert_weights_norm, expert_weights_scale), with the family's gating and default
+// for expert_weights_norm. expert_used_count above expert_count is refused, naming both.
+status read_moe_hparams(const metadata_reader & r, model_hparams & hp, expert_gating gating, bool norm_default);
+
+// ffn_gate_inp (+ its bias when with_biases), the three expert tensors (+ their biases),
+// and the shared expert when the file has ffn_up_shexp.
+status bind_moe(const tensor_binder & b, const model_hparams & hp, layer_weights & lw, bool with_biases);
 
 // hp.rope and hp.rope_swa rotate with `mode` (a family's read_hparams).
 void set_rope_mode(model_hparams & hp, rope_mode mode);
@@ -95,9 +119,9 @@ void prepare_qkv(const layer_pass & p, const layer_weights & lw, float q_scale);
 // x[t] += y[t] for every row; then, with w, ws.cur[t] = rms_norm(x[t]) * w.
 void residual(const layer_pass & p, const float * y, const float * w);
 
-// The pre-norm layer of llama, qwen2, qwen3 and phi3:
+// The pre-norm layer of llama, qwen2, qwen3, phi3 and qwen3moe:
 //   x += Wo attention(rope(norms(Wq,k,v rms_norm(x) * attn_norm)))
-//   x += ffn(rms_norm(x) * ffn_norm)
+//   x += ffn(rms_norm(x) * ffn_norm)        (moe_ffn with SwiGLU experts when lw.moe has a router)
 struct prenorm_options {
     float          q_scale = 1.0f;  // on q after RoPE (phi3: 1/sqrt(head_dim), with kq_scale 1)
     float          kq_scale = 1.0f;

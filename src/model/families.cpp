@@ -11,16 +11,20 @@ const family_i & family_qwen2();
 const family_i & family_qwen3();
 const family_i & family_gemma3();
 const family_i & family_phi3();
+const family_i & family_qwen3moe();
+const family_i & family_gptoss();
 
 namespace {
 
-const std::array<family_entry, 5> & families() {
-    static const std::array<family_entry, 5> table = {{
+const std::array<family_entry, 7> & families() {
+    static const std::array<family_entry, 7> table = {{
         {"llama", model_arch::llama, family_llama()},
         {"qwen2", model_arch::qwen2, family_qwen2()},
         {"qwen3", model_arch::qwen3, family_qwen3()},
         {"gemma3", model_arch::gemma3, family_gemma3()},
         {"phi3", model_arch::phi3, family_phi3()},
+        {"qwen3moe", model_arch::qwen3moe, family_qwen3moe()},
+        {"gpt-oss", model_arch::gpt_oss, family_gptoss()},
     }};
     return table;
 }

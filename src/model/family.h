@@ -31,12 +31,49 @@ enum class tensor_role : uint8_t {
     ffn_up,          // phi3: fused [gate; up] rows
     ffn_down,
     ffn_post_norm,   // after the feed-forward output (gemma3)
+    ffn_gate_inp,    // router [n_embd, n_expert] (mixtures of experts)
+    ffn_gate_exps,   // experts [n_embd, n_ff_exp, n_expert]
+    ffn_up_exps,
+    ffn_down_exps,   // [n_ff_exp, n_embd, n_expert]
+    ffn_gate_inp_shexp,  // shared expert's sigmoid gate [n_embd]
+    ffn_gate_shexp,  // shared expert [n_embd, n_ff_shexp]
+    ffn_up_shexp,
+    ffn_down_shexp,
+    attn_sinks,      // per-head logit in the softmax denominator [n_head] (gpt-oss)
     count,
 };
 
 inline constexpr std::array<std::string_view, static_cast<size_t>(tensor_role::count)> k_tensor_names = {
     "attn_norm", "attn_q",   "attn_k",   "attn_v",   "attn_qkv",          "attn_output", "attn_q_norm",
     "attn_k_norm", "post_attention_norm", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down",  "post_ffw_norm",
+    "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_inp_shexp", "ffn_gate_shexp",
+    "ffn_up_shexp", "ffn_down_shexp", "attn_sinks",
+};
+
+// The experts of one layer stored as one 3-D tensor [n_cols, n_rows, n_expert]: expert
+// e's matrix starts e * expert_bytes into data.
+struct expert_matrices {
+    kernels::matrix_view first;  // expert 0
+    size_t               expert_bytes = 0;
+    kernels::matrix_view of(int32_t e) const {
+        kernels::matrix_view m = first;
+        m.data += static_cast<size_t>(e) * expert_bytes;
+        return m;
+    }
+};
+
+// The feed-forward network of a mixture-of-experts layer.
+struct moe_weights {
+    kernels::matrix_view router;                  // ffn_gate_inp
+    const float *        router_bias = nullptr;   // [n_expert] (gpt-oss)
+    expert_matrices      gate, up, down;
+    const float *        gate_bias = nullptr;     // [n_expert][n_ff_exp] (gpt-oss)
+    const float *        up_bias = nullptr;
+    const float *        down_bias = nullptr;     // [n_expert][n_embd]
+    // Optional shared expert, run on every row and added (times its sigmoid gate when
+    // shexp_gate_inp is present).
+    kernels::matrix_view shexp_gate, shexp_up, shexp_down;
+    kernels::matrix_view shexp_gate_inp;          // [n_embd] as a 1-row matrix
 };
 
 // The tensors of one layer. A family fills the slots it uses; the others stay empty.
@@ -54,6 +91,9 @@ struct layer_weights {
     const float *        ffn_norm = nullptr;
     kernels::matrix_view ffn_gate, ffn_up, ffn_down;
     const float *        ffn_post_norm = nullptr;
+    const float *        bo = nullptr;     // attn_output bias (gpt-oss)
+    const float *        sinks = nullptr;  // attn_sinks [n_head] (gpt-oss)
+    moe_weights          moe;              // used when hp.moe.n_expert > 0
 };
 
 // Binds the tensors of layer il, checking shapes and types.
@@ -67,6 +107,10 @@ public:
     result<kernels::matrix_view> matrix(tensor_role role, int64_t n_cols, int64_t n_rows) const;
     // A 1-D F32 vector of n elements; null when absent and not required.
     result<const float *> vector(tensor_role role, int64_t n, bool required, std::string_view suffix = "weight") const;
+    // A 3-D weight [n_cols, n_rows, n_expert] of a type the kernels support; required.
+    result<expert_matrices> experts(tensor_role role, int64_t n_cols, int64_t n_rows, int64_t n_expert) const;
+    // A 2-D F32 array [n_cols, n_rows] (per-expert biases); null when absent and not required.
+    result<const float *> array(tensor_role role, int64_t n_cols, int64_t n_rows, bool required, std::string_view suffix) const;
 
 private:
     const gguf::file & file_;

@@ -31,7 +31,7 @@ namespace skippy {
 
 using token_id = int32_t;
 
-enum class model_arch { llama, qwen2, qwen3, gemma3, phi3 };
+enum class model_arch { llama, qwen2, qwen3, gemma3, phi3, qwen3moe, gpt_oss };
 enum class rope_mode { normal, neox };  // pairs (2i, 2i+1) vs (i, i + n_rot/2)
 
 // What a layer is. Attention layers today; the hybrid families add recurrent layers.
@@ -56,6 +56,23 @@ struct rope_params {
     int32_t   n_ctx_orig = 0;       // YaRN: the context the model was trained at
 };
 
+// How a token's router logits become its experts and their weights (docs/model.md,
+// "Mixture of experts").
+enum class expert_gating : uint8_t {
+    softmax,         // softmax over every expert, the top k of those probabilities (qwen3moe)
+    softmax_topk,    // the top k logits, then a softmax over those k (gpt-oss)
+};
+
+struct moe_params {
+    int32_t       n_expert = 0;         // expert_count; 0: the model has no experts
+    int32_t       n_expert_used = 0;    // expert_used_count: experts per token (top k)
+    int32_t       n_ff_exp = 0;         // expert_feed_forward_length: hidden width of one expert
+    int32_t       n_ff_shexp = 0;       // expert_shared_feed_forward_length (0: n_ff_exp), when shared tensors exist
+    expert_gating gating = expert_gating::softmax;
+    bool          norm_weights = false; // divide the k weights by their sum (expert_weights_norm)
+    float         weights_scale = 0;    // expert_weights_scale: != 0 and != 1 multiplies the weights
+};
+
 struct model_hparams {
     model_arch  arch = model_arch::llama;
     std::string arch_name;
@@ -75,6 +92,7 @@ struct model_hparams {
     bool        has_qkv_bias = false;
     float       embd_scale = 1.0f;        // token embeddings are multiplied by this (gemma3: sqrt(n_embd))
     float       final_logit_softcap = 0;  // > 0: logits = softcap * tanh(logits / softcap)
+    moe_params  moe;                      // n_expert 0: dense feed-forward
 
     int32_t q_dim() const { return n_head * head_dim; }
     int32_t kv_dim() const { return n_head_kv * head_dim; }
@@ -109,6 +127,10 @@ struct sequence_span {
 // the forward pass; callers only keep one alive per thread that calls forward_*.
 struct forward_workspace {
     std::vector<float> cur, q, k, v, qkv, attn, gate, up;
+    // Mixture of experts: router logits, per (row, rank) expert and weight, the rows
+    // gathered by expert, and each (row, rank)'s expert output.
+    std::vector<float>   moe_logits, moe_weights, moe_in, moe_gate, moe_up, moe_down;
+    std::vector<int32_t> moe_experts, moe_slot, moe_count;
     std::vector<float> rope_cos, rope_sin;  // per rope variant, per row of a pass
     struct row_ref {
         kv_sequence * kv;

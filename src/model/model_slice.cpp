@@ -90,6 +90,44 @@ result<const float *> tensor_binder::vector(tensor_role role, int64_t n, bool re
     return bind_vector(file_, name(role, suffix), n, required);
 }
 
+result<expert_matrices> tensor_binder::experts(tensor_role role, int64_t n_cols, int64_t n_rows, int64_t n_expert) const {
+    const std::string n = name(role);
+    const gguf::tensor_info * t = file_.find_tensor(n);
+    if (!t) return make_error(error_code::invalid_data, "model lacks tensor '" + n + "'");
+    if (t->dims.size() != 3 || t->dims[0] != n_cols || t->dims[1] != n_rows || t->dims[2] != n_expert) {
+        return shape_error(n, "has shape " + dims_string(t->dims) + ", expected [" + std::to_string(n_cols) + ", " +
+                                  std::to_string(n_rows) + ", " + std::to_string(n_expert) + "] (the expert metadata)");
+    }
+    if (!kernels::is_supported(t->type)) {
+        return make_error(error_code::unsupported,
+                          "tensor '" + n + "' has type " + std::string(tensor_type_name(t->type)) + ", which is not supported");
+    }
+    if (n_cols % get_tensor_type_traits(static_cast<uint32_t>(t->type))->block_elems != 0) {
+        return shape_error(n, "has rows its type's blocks do not divide");
+    }
+    expert_matrices m;
+    m.first = kernels::matrix_view{t->type, t->data, n_cols, n_rows};
+    m.expert_bytes = row_bytes(t->type, n_cols) * static_cast<size_t>(n_rows);
+    return m;
+}
+
+result<const float *> tensor_binder::array(tensor_role role, int64_t n_cols, int64_t n_rows, bool required,
+                                           std::string_view suffix) const {
+    const std::string n = name(role, suffix);
+    const gguf::tensor_info * t = file_.find_tensor(n);
+    if (!t) {
+        if (!required) return static_cast<const float *>(nullptr);
+        return make_error(error_code::invalid_data, "model lacks tensor '" + n + "'");
+    }
+    if (t->dims.size() != 2 || t->dims[0] != n_cols || t->dims[1] != n_rows) {
+        return shape_error(n, "has shape " + dims_string(t->dims) + ", expected [" + std::to_string(n_cols) + ", " +
+                                  std::to_string(n_rows) + "]");
+    }
+    if (t->type != tensor_type::f32) return shape_error(n, "must be F32");
+    if (reinterpret_cast<uintptr_t>(t->data) % alignof(float) != 0) return shape_error(n, "data is misaligned");
+    return reinterpret_cast<const float *>(t->data);
+}
+
 model_slice::~model_slice() = default;
 
 result<std::unique_ptr<model_slice>> model_slice::bind(std::shared_ptr<const gguf::file> file, layer_range range,

@@ -15,7 +15,7 @@ struct mix_row {
     bool             is_mix;
 };
 
-constexpr std::array<mix_row, 15> k_mixes = {{
+constexpr std::array<mix_row, 16> k_mixes = {{
     {"F32", tensor_type::f32, 0, false},
     {"F16", tensor_type::f16, 1, false},
     {"BF16", tensor_type::bf16, 32, false},
@@ -31,11 +31,12 @@ constexpr std::array<mix_row, 15> k_mixes = {{
     {"Q4_K_M", tensor_type::q4_k, 15, true},
     {"Q5_K_M", tensor_type::q5_k, 17, true},
     {"Q6_K", tensor_type::q6_k, 18, true},
+    {"MXFP4_MOE", tensor_type::q8_0, 38, true},  // experts MXFP4, every other matrix Q8_0
 }};
 
 // llama_ftype numbers of the mixes whose rules differ.
 constexpr uint32_t ftype_q2_k = 10, ftype_q3_k_m = 12, ftype_q4_k_m = 15, ftype_q5_k_m = 17, ftype_iq4_nl = 25,
-                   ftype_iq4_xs = 30;
+                   ftype_iq4_xs = 30, ftype_mxfp4_moe = 38;
 
 enum class category { token_embd, output, attn_v, attn_output, ffn_down, other };
 
@@ -65,6 +66,7 @@ tensor_type llama_rule(const quant_mix & mix, const weight_slot & s) {
     const tensor_type base = mix.base_type;
     const uint32_t ft = mix.file_type;
     const category c = category_of(s.name);
+    if (ft == ftype_mxfp4_moe) return contains(s.name, "_exps.") ? tensor_type::mxfp4 : base;
     if (c == category::output || (c == category::token_embd && s.tied_output)) {
         if (s.n_cols % block_elems(base) != 0) return tensor_type::q8_0;
         return base == tensor_type::q8_0 ? base : tensor_type::q6_k;

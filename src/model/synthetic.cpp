@@ -128,12 +128,13 @@ std::optional<synthetic_model_options> synthetic_preset(const std::string & name
     return std::nullopt;
 }
 
-const char * synthetic_arch_names() { return "llama, llama3, qwen2, qwen3, gemma3, phi3"; }
+const char * synthetic_arch_names() { return "llama, llama3, qwen2, qwen3, gemma3, phi3, qwen3moe, gpt-oss"; }
 
 result<gguf::writer> build_synthetic_model(const synthetic_model_options & o) {
     auto bad = [](const std::string & msg) { return make_error(error_code::invalid_argument, msg); };
     const std::string & a = o.arch;
-    if (a != "llama" && a != "llama3" && a != "qwen2" && a != "qwen3" && a != "gemma3" && a != "phi3") {
+    if (a != "llama" && a != "llama3" && a != "qwen2" && a != "qwen3" && a != "gemma3" && a != "phi3" && a != "qwen3moe" &&
+        a != "gpt-oss") {
         return bad(std::string("--arch must be one of ") + synthetic_arch_names());
     }
     if (o.n_embd < 1 || o.n_layer < 1 || o.n_head < 1 || o.n_head_kv < 1 || o.n_ff < 1) return bad("model dimensions must be positive");
@@ -141,17 +142,23 @@ result<gguf::writer> build_synthetic_model(const synthetic_model_options & o) {
     if (o.head_dim < 0 || o.head_dim > 4096 || o.sliding_window < 0) return bad("head size and sliding window must be in range");
     if (o.head_dim == 0 && o.n_embd % o.n_head != 0) return bad("--n-embd must be a multiple of --n-head");
     if (o.n_head % o.n_head_kv != 0) return bad("--n-head must be a multiple of --n-head-kv");
-    const int32_t head_dim = o.head_dim > 0 ? o.head_dim : (a == "qwen3" ? 2 : 1) * (o.n_embd / o.n_head);
+    const bool gptoss = a == "gpt-oss";
+    const bool moe = a == "qwen3moe" || gptoss;
+    if (moe && (o.n_expert < 1 || o.n_expert > 4096 || o.n_expert_used < 1 || o.n_expert_used > o.n_expert)) {
+        return bad("--n-expert must be in [1, 4096] and --n-expert-used in [1, --n-expert]");
+    }
+    const int32_t head_dim = o.head_dim > 0 ? o.head_dim : (a == "qwen3" || moe ? 2 : 1) * (o.n_embd / o.n_head);
     if (head_dim % 2 != 0) return bad("the head dimension must be even");
 
     // What each family writes beyond llama's tensors (docs/model.md).
     const std::string gguf_arch = a == "llama3" ? "llama" : a;
-    const bool qkv_bias = a == "qwen2";
-    const bool qk_norm = a == "qwen3" || a == "gemma3";
+    const bool qkv_bias = a == "qwen2" || a == "gpt-oss";
+    const bool qk_norm = a == "qwen3" || a == "gemma3" || a == "qwen3moe";
     const bool post_norms = a == "gemma3";
     const bool fused = a == "phi3";           // attn_qkv and a gate/up ffn_up
     const bool tied = a == "qwen3" || a == "gemma3";
-    const bool own_head_dim = a == "qwen3" || a == "gemma3";  // writes attention.key_length
+    const bool own_head_dim = a == "qwen3" || a == "gemma3" || moe;
+    const bool qk_norm_moe = a == "qwen3moe";  // writes attention.key_length
 
     SKIPPY_ASSIGN_OR_RETURN(quant_mix mix, parse_quant_mix(o.type));
     const int32_t q_dim = o.n_head * head_dim, kv_dim = o.n_head_kv * head_dim;
@@ -160,8 +167,9 @@ result<gguf::writer> build_synthetic_model(const synthetic_model_options & o) {
     int32_t n_vocab = o.n_vocab;
     const std::string p = gguf_arch + ".";
     float freq_base = 10000.0f;
-    if (a == "qwen2" || a == "qwen3" || a == "gemma3") freq_base = 1000000.0f;
+    if (a == "qwen2" || a == "qwen3" || a == "gemma3" || moe) freq_base = 1000000.0f;
     if (a == "llama3") freq_base = 500000.0f;
+    if (gptoss) freq_base = 150000.0f;
     w.set("general.architecture", gguf::value::make_string(gguf_arch));
     w.set("general.name", gguf::value::make_string(o.name));
     w.set(p + "context_length", gguf::value::make_u32(static_cast<uint32_t>(o.n_ctx)));
@@ -170,7 +178,20 @@ result<gguf::writer> build_synthetic_model(const synthetic_model_options & o) {
     w.set(p + "block_count", gguf::value::make_u32(static_cast<uint32_t>(o.n_layer)));
     w.set(p + "attention.head_count", gguf::value::make_u32(static_cast<uint32_t>(o.n_head)));
     w.set(p + "attention.head_count_kv", gguf::value::make_u32(static_cast<uint32_t>(o.n_head_kv)));
-    w.set(p + "attention.layer_norm_rms_epsilon", gguf::value::make_f32(a == "gemma3" || a == "qwen3" ? 1e-6f : 1e-5f));
+    w.set(p + "attention.layer_norm_rms_epsilon", gguf::value::make_f32(a == "gemma3" || a == "qwen3" || a == "qwen3moe" ? 1e-6f : 1e-5f));
+    if (gptoss) {  // as gpt-oss-20b: YaRN x32 over 4096 positions, a window on even layers
+        w.set(p + "rope.scaling.type", gguf::value::make_string("yarn"));
+        w.set(p + "rope.scaling.factor", gguf::value::make_f32(32.0f));
+        w.set(p + "rope.scaling.original_context_length", gguf::value::make_u32(4096));
+        w.set(p + "rope.scaling.yarn_beta_fast", gguf::value::make_f32(32.0f));
+        w.set(p + "rope.scaling.yarn_beta_slow", gguf::value::make_f32(1.0f));
+        w.set(p + "attention.sliding_window", gguf::value::make_u32(static_cast<uint32_t>(o.sliding_window > 0 ? o.sliding_window : 16)));
+    }
+    if (moe) {
+        w.set(p + "expert_count", gguf::value::make_u32(static_cast<uint32_t>(o.n_expert)));
+        w.set(p + "expert_used_count", gguf::value::make_u32(static_cast<uint32_t>(o.n_expert_used)));
+        w.set(p + "expert_feed_forward_length", gguf::value::make_u32(static_cast<uint32_t>(o.n_ff)));
+    }
     w.set(p + "rope.freq_base", gguf::value::make_f32(freq_base));
     if (own_head_dim) {
         w.set(p + "attention.key_length", gguf::value::make_u32(static_cast<uint32_t>(head_dim)));
@@ -217,6 +238,20 @@ result<gguf::writer> build_synthetic_model(const synthetic_model_options & o) {
         w.add_tensor(name, {n_cols, n_rows}, t, random_tensor(r, t, n_cols, n_rows, amplitude));
         return status::ok();
     };
+    // The experts of a layer as one 3-D tensor [n_cols, n_rows, n_expert].
+    auto add_experts = [&](const std::string & name, int32_t il, int64_t n_cols, int64_t n_rows, float amplitude) -> status {
+        const tensor_type t = type_for_weight(mix, weight_slot{name, il, o.n_layer, n_cols, o.n_head / o.n_head_kv});
+        if (n_cols % get_tensor_type_traits(static_cast<uint32_t>(t))->block_elems != 0) {
+            return bad("--n-embd and --n-ff do not suit type " + o.type + " (tensor " + name + ")");
+        }
+        std::vector<uint8_t> data;
+        for (int32_t e = 0; e < o.n_expert; ++e) {
+            const auto one = random_tensor(r, t, n_cols, n_rows, amplitude);
+            data.insert(data.end(), one.begin(), one.end());
+        }
+        w.add_tensor(name, {n_cols, n_rows, o.n_expert}, t, std::move(data));
+        return status::ok();
+    };
     auto add_norm = [&](const std::string & name, int64_t n) {
         w.add_tensor(name, {n}, tensor_type::f32, f32_vector(r, n, 1.0f, 0.1f));
     };
@@ -244,8 +279,30 @@ result<gguf::writer> build_synthetic_model(const synthetic_model_options & o) {
             add_norm(b + "attn_k_norm.weight", head_dim);
         }
         SKIPPY_TRY(add_matrix(b + "attn_output.weight", il, q_dim, o.n_embd, q_dim == o.n_embd ? amp_in : amp_q));
-        if (post_norms) add_norm(b + "post_attention_norm.weight", o.n_embd);
-        add_norm(b + "ffn_norm.weight", o.n_embd);
+        if (gptoss) {
+            w.add_tensor(b + "attn_output.bias", {o.n_embd}, tensor_type::f32, f32_vector(r, o.n_embd, 0.0f, 0.1f));
+            w.add_tensor(b + "attn_sinks.weight", {o.n_head}, tensor_type::f32, f32_vector(r, o.n_head, 0.0f, 1.0f));
+        }
+        if (post_norms || gptoss) add_norm(b + "post_attention_norm.weight", o.n_embd);  // gpt-oss: the FFN's norm
+        if (!gptoss) add_norm(b + "ffn_norm.weight", o.n_embd);
+        if (moe) {
+            // The router stays F32, as llama-quantize leaves it.
+            w.add_tensor(b + "ffn_gate_inp.weight", {o.n_embd, o.n_expert}, tensor_type::f32,
+                         random_tensor(r, tensor_type::f32, o.n_embd, o.n_expert, amp_in));
+            SKIPPY_TRY(add_experts(b + "ffn_gate_exps.weight", il, o.n_embd, o.n_ff, amp_in));
+            SKIPPY_TRY(add_experts(b + "ffn_up_exps.weight", il, o.n_embd, o.n_ff, amp_in));
+            SKIPPY_TRY(add_experts(b + "ffn_down_exps.weight", il, o.n_ff, o.n_embd, amp_ff));
+            if (gptoss) {
+                w.add_tensor(b + "ffn_gate_inp.bias", {o.n_expert}, tensor_type::f32, f32_vector(r, o.n_expert, 0.0f, 0.1f));
+                w.add_tensor(b + "ffn_gate_exps.bias", {o.n_ff, o.n_expert}, tensor_type::f32,
+                             f32_vector(r, static_cast<int64_t>(o.n_ff) * o.n_expert, 0.0f, 0.1f));
+                w.add_tensor(b + "ffn_up_exps.bias", {o.n_ff, o.n_expert}, tensor_type::f32,
+                             f32_vector(r, static_cast<int64_t>(o.n_ff) * o.n_expert, 0.0f, 0.1f));
+                w.add_tensor(b + "ffn_down_exps.bias", {o.n_embd, o.n_expert}, tensor_type::f32,
+                             f32_vector(r, static_cast<int64_t>(o.n_embd) * o.n_expert, 0.0f, 0.1f));
+            }
+            continue;
+        }
         if (fused) {
             SKIPPY_TRY(add_matrix(b + "ffn_up.weight", il, o.n_embd, 2 * o.n_ff, amp_in));
         } else {

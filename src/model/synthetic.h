@@ -14,13 +14,15 @@ namespace skippy {
 
 struct synthetic_model_options {
     // llama | llama3 (llama with Llama 3.1 RoPE factors, rope_freqs.weight) | qwen2 |
-    // qwen3 | gemma3 | phi3 (docs/model.md lists what each writes).
+    // qwen3 | gemma3 | phi3 | qwen3moe (docs/model.md lists what each writes).
     std::string arch = "llama";
     int32_t     n_embd = 128;
     int32_t     n_layer = 4;
     int32_t     n_head = 4;
     int32_t     n_head_kv = 2;
-    int32_t     n_ff = 384;
+    int32_t     n_ff = 384;       // mixtures of experts: the width of one expert
+    int32_t     n_expert = 8;     // qwen3moe: experts per layer
+    int32_t     n_expert_used = 2;  // qwen3moe: experts per token
     int32_t     head_dim = 0;     // attention head size; 0: n_embd / n_head (qwen3: twice that, as Qwen3-0.6B)
     int32_t     sliding_window = 0;  // gemma3's window in positions; 0: 16
     int32_t     n_vocab = 512;    // generated SPM vocabulary size (ignored with vocab_from)

@@ -156,6 +156,41 @@ TEST(kernels_matmul, ManyProductsOfOneInputEqualSeparateCalls) {
     }
 }
 
+// Products with inputs of their own (the experts of a MoE layer, each over the rows
+// routed to it, some over none, two sharing an input): each output is what matmul
+// alone writes, and the rows of an empty job are left alone.
+TEST(kernels_matmul, GroupedProductsOfOwnInputsEqualSeparateCalls) {
+    const int64_t n_cols = 256;
+    const std::vector<weights> ws = {make_weights(tensor_type::q4_k, 40, n_cols, 31), make_weights(tensor_type::q8_0, 24, n_cols, 32),
+                                     make_weights(tensor_type::mxfp4, 17, n_cols, 33), make_weights(tensor_type::f32, 5, n_cols, 34),
+                                     make_weights(tensor_type::q6_k, 33, n_cols, 35), make_weights(tensor_type::q5_0, 9, n_cols, 36),
+                                     make_weights(tensor_type::f16, 12, n_cols, 37), make_weights(tensor_type::iq4_xs, 16, n_cols, 38),
+                                     make_weights(tensor_type::q8_0, 20, n_cols, 39)};
+    const std::vector<int64_t> n_tokens = {3, 1, 0, 7, 2, 5, 1, 4, 3};
+    std::vector<std::vector<float>> inputs;
+    for (size_t i = 0; i < ws.size(); ++i) inputs.push_back(token_rows(std::max<int64_t>(1, n_tokens[i]), n_cols, 40 + static_cast<uint64_t>(i)));
+    inputs[8] = inputs[0];  // jobs 0 and 8 share one input (a gate and an up projection)
+    for (int n_threads : {1, 3}) {
+        thread_pool pool(n_threads);
+        std::vector<std::vector<float>> separate, together;
+        std::vector<matmul_job> jobs;
+        for (size_t i = 0; i < ws.size(); ++i) {
+            separate.emplace_back(static_cast<size_t>(std::max<int64_t>(1, n_tokens[i]) * ws[i].n_rows), 42.0f);
+            together.emplace_back(separate.back().size(), 42.0f);
+            matmul(ws[i].view(), inputs[i].data(), n_tokens[i], separate.back().data(), nullptr);
+        }
+        for (size_t i = 0; i < ws.size(); ++i) {
+            jobs.push_back({ws[i].view(), i == 8 ? inputs[0].data() : inputs[i].data(), n_tokens[i], together[i].data()});
+        }
+        matmul_grouped(jobs, &pool);
+        for (size_t i = 0; i < ws.size(); ++i) {
+            EXPECT_TRUE(bitwise_equal(separate[i].data(), together[i].data(), static_cast<int64_t>(separate[i].size())))
+                << "job " << i << " threads " << n_threads;
+        }
+        for (float v : together[2]) EXPECT_EQ(v, 42.0f);
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(kernels, matmul_per_type, ::testing::ValuesIn(testing::weight_types()),
                          [](const auto & p) { return testing::type_param_name(p.param); });
 

@@ -79,7 +79,11 @@ INSTANTIATE_TEST_SUITE_P(types, batch_invariance,
                                            invariance_case{"qwen3_q4_k_m", "qwen3", "Q4_K_M", kv_dtype::f16},
                                            invariance_case{"gemma3_q4_k_m", "gemma3", "Q4_K_M", kv_dtype::f16},
                                            invariance_case{"gemma3_f32_kvf32", "gemma3", "F32", kv_dtype::f32},
-                                           invariance_case{"phi3_q4_k_m", "phi3", "Q4_K_M", kv_dtype::f16}),
+                                           invariance_case{"phi3_q4_k_m", "phi3", "Q4_K_M", kv_dtype::f16},
+                                           invariance_case{"qwen3moe_q4_k_m", "qwen3moe", "Q4_K_M", kv_dtype::f16},
+                                           invariance_case{"qwen3moe_f32", "qwen3moe", "F32", kv_dtype::f16},
+                                           invariance_case{"gptoss_mxfp4", "gpt-oss", "MXFP4_MOE", kv_dtype::f16},
+                                           invariance_case{"gptoss_f32_kvf32", "gpt-oss", "F32", kv_dtype::f32}),
                          [](const auto & info) { return std::string(info.param.name); });
 
 // A batch longer than one internal pass of forward_layers (256 tokens) gives the bits

@@ -32,7 +32,7 @@ TEST_P(chain_parity, EverySplitMatchesTheMonolithicRun) {
     }
     std::vector<int32_t> splits = {2, 3};
     if (name == "stories260K") splits.push_back(5);
-    for (const char * family : {"synth-llama3-", "synth-qwen3-", "synth-gemma3-", "synth-phi3-"}) {
+    for (const char * family : {"synth-llama3-", "synth-qwen3-", "synth-gemma3-", "synth-phi3-", "synth-gptoss-"}) {
         if (name.starts_with(family)) splits.push_back(4);
     }
     for (int32_t n_stages : splits) {
@@ -58,7 +58,8 @@ INSTANTIATE_TEST_SUITE_P(shared, chain_parity,
                                            "synth-llama-Q2_K", "synth-llama-IQ4_NL", "synth-llama-IQ4_XS",
                                            "synth-llama3-f32", "synth-llama3-Q4_K_M", "synth-qwen3-f32",
                                            "synth-qwen3-Q4_K_M", "synth-gemma3-f32", "synth-gemma3-Q4_K_M",
-                                           "synth-phi3-f32", "synth-phi3-Q4_K_M"),
+                                           "synth-phi3-f32", "synth-phi3-Q4_K_M", "synth-qwen3moe-f32",
+                                           "synth-qwen3moe-Q4_K_M", "synth-gptoss-f32", "synth-gptoss-MXFP4"),
                          [](const auto & info) {
                              std::string s = info.param;
                              for (char & ch : s) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';

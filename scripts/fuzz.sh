@@ -3,6 +3,8 @@
 # job for a bounded time: the protocol fuzzer, the jinja template fuzzer, the two
 # grammar fuzzers (GBNF text, JSON schemas), then the HTTP request parser's.
 # Usage: scripts/fuzz.sh [protocol_seconds] [jinja_seconds] [grammar_seconds] [http_seconds]
+#   SKIPPY_FUZZ_BUILD_DIR: an existing clang tree configured with -DSKIPPY_BUILD_FUZZERS=ON
+#   to build the fuzzers in (CI uses its ASan tree); default build-fuzz, configured here.
 #   (defaults 60, 20, 20 and 20; grammar_seconds is for each grammar fuzzer)
 #
 # The corpora live in build-fuzz/corpus/<target> (kept between runs); every run first
@@ -18,7 +20,7 @@ seconds=${1:-60}
 jinja_seconds=${2:-20}
 grammar_seconds=${3:-20}
 http_seconds=${4:-20}
-build_dir=build-fuzz
+build_dir=${SKIPPY_FUZZ_BUILD_DIR:-build-fuzz}
 generator=()
 if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
 if [ ! -f "$build_dir/CMakeCache.txt" ]; then

@@ -36,8 +36,8 @@ constexpr size_t at_prompt_token_count = 40;
 constexpr size_t at_current_token = 48;
 [[maybe_unused]] constexpr size_t at_tokens = request_fixed_bytes;  // only asserted on
 
-// Size of the generation config without its logit bias entries and cache key.
-constexpr size_t generation_fixed_bytes = 40 + 4 + 1 + 4 + 2;
+// Size of the generation config without its logit bias entries, cache key and grammar.
+constexpr size_t generation_fixed_bytes = 40 + 4 + 1 + 4 + 2 + 4;
 
 enum class presence : uint8_t { forbidden, optional, required };
 
@@ -260,7 +260,7 @@ status to_data_error(const wire::field_reader & r, const problem & p, size_t off
 }
 
 size_t generation_bytes(const generation_config & g) {
-    return generation_fixed_bytes + 8 * g.sampling.logit_bias.size() + g.cache_key.size();
+    return generation_fixed_bytes + 8 * g.sampling.logit_bias.size() + g.cache_key.size() + g.sampling.grammar.size();
 }
 
 size_t encoded_size(const request & r, activation_dtype wire_dtype) {
@@ -298,6 +298,8 @@ void put_generation(byte_writer & w, const generation_config & g) {
     w.put_u32(g.cache_min_tokens);
     w.put_u16(static_cast<uint16_t>(g.cache_key.size()));
     w.put_bytes(g.cache_key.data(), g.cache_key.size());
+    w.put_u32(static_cast<uint32_t>(s.grammar.size()));
+    w.put_bytes(s.grammar.data(), s.grammar.size());
 }
 
 status get_finite(wire::field_reader & r, std::string_view field, float & v) {
@@ -349,6 +351,16 @@ status get_generation(wire::field_reader & r, const protocol_limits & limits, ge
     std::span<const uint8_t> key;
     SKIPPY_TRY(r.bytes("generation.cache_key", key_len, key));
     g.cache_key.assign(reinterpret_cast<const char *>(key.data()), key.size());
+    uint32_t grammar_len = 0;
+    const size_t grammar_len_at = r.offset();
+    SKIPPY_TRY(r.u32("generation.grammar_len", grammar_len));
+    if (grammar_len > limits.max_grammar_bytes) {
+        return r.fail("generation.grammar_len", grammar_len_at,
+                      wire::num(grammar_len) + " exceeds max_grammar_bytes " + wire::num(limits.max_grammar_bytes));
+    }
+    std::span<const uint8_t> grammar;
+    SKIPPY_TRY(r.bytes("generation.grammar", grammar_len, grammar));
+    s.grammar.assign(reinterpret_cast<const char *>(grammar.data()), grammar.size());
     return status::ok();
 }
 
@@ -417,6 +429,11 @@ status validate_request(const request & r, const protocol_limits & limits) {
             return to_argument_error({"generation.cache_key_len", 0, wire::num(g.cache_key.size()) +
                                                                          " exceeds max_cache_key_bytes " +
                                                                          wire::num(limits.max_cache_key_bytes)});
+        }
+        if (s.grammar.size() > limits.max_grammar_bytes || s.grammar.size() > std::numeric_limits<uint32_t>::max()) {
+            return to_argument_error({"generation.grammar_len", 0, wire::num(s.grammar.size()) +
+                                                                       " exceeds max_grammar_bytes " +
+                                                                       wire::num(limits.max_grammar_bytes)});
         }
     }
     if (r.activation) {

@@ -309,6 +309,26 @@ status get_finite(wire::field_reader & r, std::string_view field, float & v) {
     return status::ok();
 }
 
+// A length-prefixed byte string: the length (a u16 or u32 named `<field>_len`) is
+// checked against `max` before the bytes are read.
+template <typename len_type>
+status get_bounded_bytes(wire::field_reader & r, const std::string & field, uint32_t max, std::string_view limit_name,
+                         std::string & out) {
+    const std::string len_field = field + "_len";
+    len_type len = 0;
+    const size_t len_at = r.offset();
+    if constexpr (sizeof(len_type) == 2) {
+        SKIPPY_TRY(r.u16(len_field, len));
+    } else {
+        SKIPPY_TRY(r.u32(len_field, len));
+    }
+    if (len > max) return r.fail(len_field, len_at, wire::num(len) + " exceeds " + std::string(limit_name) + " " + wire::num(max));
+    std::span<const uint8_t> bytes;
+    SKIPPY_TRY(r.bytes(field, len, bytes));
+    out.assign(reinterpret_cast<const char *>(bytes.data()), bytes.size());
+    return status::ok();
+}
+
 status get_generation(wire::field_reader & r, const protocol_limits & limits, generation_config & g) {
     sampling_params & s = g.sampling;
     SKIPPY_TRY(get_finite(r, "generation.temperature", s.temperature));
@@ -341,26 +361,8 @@ status get_generation(wire::field_reader & r, const protocol_limits & limits, ge
     if (auto p = check_cache_mode(mode)) return r.fail(p->field, mode_at, p->detail);
     g.cache_mode = static_cast<prompt_cache_mode>(mode);
     SKIPPY_TRY(r.u32("generation.cache_min_tokens", g.cache_min_tokens));
-    uint16_t key_len = 0;
-    const size_t key_len_at = r.offset();
-    SKIPPY_TRY(r.u16("generation.cache_key_len", key_len));
-    if (key_len > limits.max_cache_key_bytes) {
-        return r.fail("generation.cache_key_len", key_len_at,
-                      wire::num(key_len) + " exceeds max_cache_key_bytes " + wire::num(limits.max_cache_key_bytes));
-    }
-    std::span<const uint8_t> key;
-    SKIPPY_TRY(r.bytes("generation.cache_key", key_len, key));
-    g.cache_key.assign(reinterpret_cast<const char *>(key.data()), key.size());
-    uint32_t grammar_len = 0;
-    const size_t grammar_len_at = r.offset();
-    SKIPPY_TRY(r.u32("generation.grammar_len", grammar_len));
-    if (grammar_len > limits.max_grammar_bytes) {
-        return r.fail("generation.grammar_len", grammar_len_at,
-                      wire::num(grammar_len) + " exceeds max_grammar_bytes " + wire::num(limits.max_grammar_bytes));
-    }
-    std::span<const uint8_t> grammar;
-    SKIPPY_TRY(r.bytes("generation.grammar", grammar_len, grammar));
-    s.grammar.assign(reinterpret_cast<const char *>(grammar.data()), grammar.size());
+    SKIPPY_TRY(get_bounded_bytes<uint16_t>(r, "generation.cache_key", limits.max_cache_key_bytes, "max_cache_key_bytes", g.cache_key));
+    SKIPPY_TRY(get_bounded_bytes<uint32_t>(r, "generation.grammar", limits.max_grammar_bytes, "max_grammar_bytes", s.grammar));
     return status::ok();
 }
 

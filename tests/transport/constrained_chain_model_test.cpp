@@ -92,6 +92,20 @@ TEST(constrained_chain, SchemaOutputsValidateAndAreTheSameOnEveryTopology) {
         std::string why;
         EXPECT_TRUE(validator.validate(value, &why)) << text << "\n" << why;
     }
+    // A grammar the final stage cannot compile (the HTTP front end would have refused
+    // it): an error on every topology, and the lane serves the next request.
+    for (pipeline_i * p : {static_cast<pipeline_i *>(&local), static_cast<pipeline_i *>(one.get()),
+                           static_cast<pipeline_i *>(three.get())}) {
+        generation_request bad;
+        bad.prompt = prompt;
+        bad.max_tokens = 4;
+        bad.sampling.grammar = "root ::= \"unclosed";
+        auto res = run_generation(*p, 0, bad);
+        ASSERT_FALSE(res.is_ok());
+        EXPECT_EQ(res.error().code(), error_code::invalid_argument) << res.error().to_string();
+        const std::string gbnf = grammar::gbnf_json_object();
+        EXPECT_EQ(run(*p, **tok, prompt, gbnf, 7).tokens, run(local, **tok, prompt, gbnf, 7).tokens);
+    }
     EXPECT_GE(n_schemas, 30u);
     EXPECT_GE(n_ended, 30u) << "too few outputs ended within max_tokens to check";
     std::printf("constrained_chain: %zu schemas, %zu outputs ended and validated\n", n_schemas, n_ended);

@@ -1,5 +1,7 @@
 #include "http/api.h"
 
+#include "grammar/grammar.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -449,10 +451,79 @@ std::optional<api_error> refuse_unsupported(const json & body, endpoint kind) {
     if (kind == endpoint::completions && field(body, "tools")) {
         return unsupported("tools need /v1/chat/completions", "tools");
     }
-    if (const json * r = field(body, "response_format")) {
-        const bool text = r->is_object() && r->contains("type") && (*r)["type"] == "text";
-        if (!text) return unsupported("only response_format {\"type\": \"text\"} is supported", "response_format");
+    return std::nullopt;
+}
+
+// A grammar the final stage will compile, compiled here once so that a bad one is the
+// client's 400 (naming `param`, with the grammar module's message), not a failed
+// generation.
+std::optional<api_error> check_grammar(const std::string & gbnf, const std::string & param) {
+    if (gbnf.size() > sampling_bounds::max_grammar_bytes) {
+        return bad("'" + param + "' is limited to " + std::to_string(sampling_bounds::max_grammar_bytes) +
+                       " bytes of GBNF (it has " + std::to_string(gbnf.size()) + ")",
+                   param);
     }
+    auto g = grammar::compile(gbnf);
+    if (!g.is_ok()) return bad("'" + param + "': " + g.error().message(), param);
+    return std::nullopt;
+}
+
+// response_format and grammar (llama-server's field): at most one constraint on the
+// output, as GBNF in sampling.grammar.
+std::optional<api_error> read_constraint(const json & body, std::string_view raw_body, completion_request & out) {
+    std::string & gbnf = out.sampling.grammar;
+    std::string   param;
+    if (const json * g = field(body, "grammar")) {
+        if (!g->is_string()) return bad_type("grammar", "a string (GBNF)");
+        gbnf = g->get<std::string>();
+        param = "grammar";
+    }
+    if (const json * r = field(body, "response_format")) {
+        if (!r->is_object()) return bad_type("response_format", "an object");
+        const json * type = field(*r, "type");
+        if (!type || !type->is_string()) return bad_type("response_format.type", "\"text\", \"json_object\" or \"json_schema\"");
+        const std::string t = type->get<std::string>();
+        if (t != "text" && !gbnf.empty()) {
+            return bad("give either 'grammar' or a 'response_format' other than text, not both", "response_format");
+        }
+        if (t == "json_object") {
+            gbnf = grammar::gbnf_json_object();
+            param = "response_format";
+        } else if (t == "json_schema") {
+            const json * js = field(*r, "json_schema");
+            if (!js || !js->is_object()) return bad_type("response_format.json_schema", "an object");
+            if (const json * n = field(*js, "name"); n && !n->is_string()) return bad_type("response_format.json_schema.name", "a string");
+            std::optional<bool> strict;
+            if (auto e = read_bool(*js, "strict", strict)) {
+                e->param = "response_format.json_schema.strict";
+                return e;
+            }
+            const json * schema = field(*js, "schema");
+            if (!schema) return bad("'response_format.json_schema.schema' is required", "response_format.json_schema.schema");
+            if (!schema->is_object() && !schema->is_boolean()) {
+                return bad_type("response_format.json_schema.schema", "a JSON schema object");
+            }
+            // The client's key order: properties come out in the schema's order.
+            const chat::ojson ordered = chat::ojson::parse(raw_body, nullptr, /*allow_exceptions=*/false);
+            chat::ojson sch = chat::ojson::parse(schema->dump());
+            if (ordered.is_object() && ordered.contains("response_format") && ordered["response_format"].is_object() &&
+                ordered["response_format"].contains("json_schema") && ordered["response_format"]["json_schema"].is_object() &&
+                ordered["response_format"]["json_schema"].contains("schema")) {
+                sch = ordered["response_format"]["json_schema"]["schema"];
+            }
+            grammar::json_schema_options o;
+            o.strict = strict.value_or(false);
+            auto converted = grammar::gbnf_from_json_schema(sch, o);
+            if (!converted.is_ok()) {
+                return bad("'response_format.json_schema.schema': " + converted.error().message(), "response_format.json_schema.schema");
+            }
+            gbnf = std::move(converted).value();
+            param = "response_format.json_schema.schema";
+        } else if (t != "text") {
+            return bad("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"", "response_format.type");
+        }
+    }
+    if (!gbnf.empty()) return check_grammar(gbnf, param);
     return std::nullopt;
 }
 
@@ -539,6 +610,7 @@ std::optional<api_error> parse_request(std::string_view body, endpoint kind, con
         if (auto e = read_prompt(j, limits, out)) return e;
     }
     if (auto e = refuse_unsupported(j, kind)) return e;
+    if (auto e = read_constraint(j, body, out)) return e;
 
     std::optional<int64_t> max_tokens, max_completion_tokens, top_k;
     if (auto e = read_int(j, "max_tokens", 0, limits.ctx_size, max_tokens)) return e;

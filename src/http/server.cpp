@@ -3,6 +3,7 @@
 #include "base/log.h"
 #include "http/access.h"
 #include "http/api.h"
+#include "grammar/grammar.h"
 #include "http/event_loop.h"
 #include "http/lane_pool.h"
 #include "http/text_stream.h"
@@ -380,6 +381,20 @@ std::optional<api_error> http_server::impl::tokenize_prompt(const completion_req
                 return e;
             }
             tool_grammar = std::move(g).value();
+            if (!cr.sampling.grammar.empty()) {
+                api_error e = error_for_status(400, "a forced tool call ('tool_choice') cannot be combined with "
+                                                    "'response_format' or 'grammar'");
+                e.param = "tool_choice";
+                e.code = "invalid_value";
+                return e;
+            }
+            // Checked here, so that a schema the grammar engine refuses is the client's 400.
+            if (auto compiled = grammar::compile(tool_grammar); !compiled.is_ok()) {
+                api_error e = error_for_status(400, "'tools': " + compiled.error().message());
+                e.param = "tools";
+                e.code = "invalid_value";
+                return e;
+            }
         }
         out = chat::tokenize_prompt(tok, *chat_template, rendered->text);
     } else if (cr.prompt_is_tokens) {
@@ -456,6 +471,8 @@ run_outcome http_server::impl::run(generation_job & job, const std::function<boo
     // No max_tokens: generate until the context is full (run_generation ends with "length").
     gr.max_tokens = cr.max_tokens.value_or(limits.ctx_size);
     gr.sampling = cr.sampling;
+    // tool_choice required / named: the call is forced by its grammar.
+    if (!job.tool_grammar.empty()) gr.sampling.grammar = job.tool_grammar;
     if (!cr.seed_given) gr.sampling.seed = fresh_seed();
     gr.prefill_chunk_tokens = opt.prefill_chunk_tokens;
     gr.cache_key = cr.cache_key;

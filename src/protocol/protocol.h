@@ -43,7 +43,8 @@ namespace skippy::protocol {
 // the format bumps it and updates docs/protocol.md and the golden tests together.
 // Version 2: TryRestorePrefillDecode carries the current token's activation row.
 // Version 3: Step frames on batch links (several lanes' rows in one frame).
-inline constexpr uint16_t protocol_version = 3;
+// Version 4: the generation config carries a grammar (GBNF text) after the cache key.
+inline constexpr uint16_t protocol_version = 4;
 // Version of the state header inside a request.
 inline constexpr uint16_t state_header_version = 1;
 
@@ -61,6 +62,9 @@ struct protocol_limits {
     uint32_t max_logit_bias = 1024;
     // Longest prompt cache key, in bytes. Default 256.
     uint32_t max_cache_key_bytes = 256;
+    // Longest grammar in a generation config, in bytes. Default 1 MiB (the sampler's
+    // own bound, sampling_bounds::max_grammar_bytes).
+    uint32_t max_grammar_bytes = 1u << 20;
     // Longest shared-secret token in a hello, in bytes. Default 256.
     uint32_t max_auth_token_bytes = 256;
     // Longest error message (Error reply) or refusal reason (hello_reply), in bytes of
@@ -339,6 +343,7 @@ struct sampling_params {
     float    frequency_penalty = 0.0f;
     int32_t  penalty_last_n = 64;
     std::vector<std::pair<int32_t, float>> logit_bias;  // (token id >= 0, finite bias)
+    std::string grammar;  // GBNF text, opaque bytes here (the final stage compiles it); empty: none
 
     bool operator==(const sampling_params &) const = default;
 };

@@ -36,8 +36,8 @@ constexpr size_t at_prompt_token_count = 40;
 constexpr size_t at_current_token = 48;
 [[maybe_unused]] constexpr size_t at_tokens = request_fixed_bytes;  // only asserted on
 
-// Size of the generation config without its logit bias entries and cache key.
-constexpr size_t generation_fixed_bytes = 40 + 4 + 1 + 4 + 2;
+// Size of the generation config without its logit bias entries, cache key and grammar.
+constexpr size_t generation_fixed_bytes = 40 + 4 + 1 + 4 + 2 + 4;
 
 enum class presence : uint8_t { forbidden, optional, required };
 
@@ -260,7 +260,7 @@ status to_data_error(const wire::field_reader & r, const problem & p, size_t off
 }
 
 size_t generation_bytes(const generation_config & g) {
-    return generation_fixed_bytes + 8 * g.sampling.logit_bias.size() + g.cache_key.size();
+    return generation_fixed_bytes + 8 * g.sampling.logit_bias.size() + g.cache_key.size() + g.sampling.grammar.size();
 }
 
 size_t encoded_size(const request & r, activation_dtype wire_dtype) {
@@ -298,12 +298,34 @@ void put_generation(byte_writer & w, const generation_config & g) {
     w.put_u32(g.cache_min_tokens);
     w.put_u16(static_cast<uint16_t>(g.cache_key.size()));
     w.put_bytes(g.cache_key.data(), g.cache_key.size());
+    w.put_u32(static_cast<uint32_t>(s.grammar.size()));
+    w.put_bytes(s.grammar.data(), s.grammar.size());
 }
 
 status get_finite(wire::field_reader & r, std::string_view field, float & v) {
     const size_t at = r.offset();
     SKIPPY_TRY(r.f32(field, v));
     if (auto p = check_finite(field, v)) return r.fail(field, at, p->detail);
+    return status::ok();
+}
+
+// A length-prefixed byte string: the length (a u16 or u32 named `<field>_len`) is
+// checked against `max` before the bytes are read.
+template <typename len_type>
+status get_bounded_bytes(wire::field_reader & r, const std::string & field, uint32_t max, std::string_view limit_name,
+                         std::string & out) {
+    const std::string len_field = field + "_len";
+    len_type len = 0;
+    const size_t len_at = r.offset();
+    if constexpr (sizeof(len_type) == 2) {
+        SKIPPY_TRY(r.u16(len_field, len));
+    } else {
+        SKIPPY_TRY(r.u32(len_field, len));
+    }
+    if (len > max) return r.fail(len_field, len_at, wire::num(len) + " exceeds " + std::string(limit_name) + " " + wire::num(max));
+    std::span<const uint8_t> bytes;
+    SKIPPY_TRY(r.bytes(field, len, bytes));
+    out.assign(reinterpret_cast<const char *>(bytes.data()), bytes.size());
     return status::ok();
 }
 
@@ -339,16 +361,8 @@ status get_generation(wire::field_reader & r, const protocol_limits & limits, ge
     if (auto p = check_cache_mode(mode)) return r.fail(p->field, mode_at, p->detail);
     g.cache_mode = static_cast<prompt_cache_mode>(mode);
     SKIPPY_TRY(r.u32("generation.cache_min_tokens", g.cache_min_tokens));
-    uint16_t key_len = 0;
-    const size_t key_len_at = r.offset();
-    SKIPPY_TRY(r.u16("generation.cache_key_len", key_len));
-    if (key_len > limits.max_cache_key_bytes) {
-        return r.fail("generation.cache_key_len", key_len_at,
-                      wire::num(key_len) + " exceeds max_cache_key_bytes " + wire::num(limits.max_cache_key_bytes));
-    }
-    std::span<const uint8_t> key;
-    SKIPPY_TRY(r.bytes("generation.cache_key", key_len, key));
-    g.cache_key.assign(reinterpret_cast<const char *>(key.data()), key.size());
+    SKIPPY_TRY(get_bounded_bytes<uint16_t>(r, "generation.cache_key", limits.max_cache_key_bytes, "max_cache_key_bytes", g.cache_key));
+    SKIPPY_TRY(get_bounded_bytes<uint32_t>(r, "generation.grammar", limits.max_grammar_bytes, "max_grammar_bytes", s.grammar));
     return status::ok();
 }
 
@@ -417,6 +431,11 @@ status validate_request(const request & r, const protocol_limits & limits) {
             return to_argument_error({"generation.cache_key_len", 0, wire::num(g.cache_key.size()) +
                                                                          " exceeds max_cache_key_bytes " +
                                                                          wire::num(limits.max_cache_key_bytes)});
+        }
+        if (s.grammar.size() > limits.max_grammar_bytes || s.grammar.size() > std::numeric_limits<uint32_t>::max()) {
+            return to_argument_error({"generation.grammar_len", 0, wire::num(s.grammar.size()) +
+                                                                       " exceeds max_grammar_bytes " +
+                                                                       wire::num(limits.max_grammar_bytes)});
         }
     }
     if (r.activation) {

@@ -22,7 +22,7 @@ status local_pipeline::begin(int32_t lane, const sampling_config & sampling, std
     SKIPPY_TRY(check_lane(lane));
     SKIPPY_TRY(sampling.validate(n_vocab()));
     stage_->truncate_lane(lane, 0);
-    lanes_.samplers[static_cast<size_t>(lane)] = std::make_unique<lane_sampler>(sampling);
+    SKIPPY_ASSIGN_OR_RETURN(lanes_.samplers[static_cast<size_t>(lane)], lane_sampler::make(sampling, &stage_->constraints()));
     return status::ok();
 }
 

@@ -26,6 +26,7 @@ status sampling_config::validate() const {
         // must be valid on a chain. A large negative bias bans a token just as well.
         if (!std::isfinite(bias)) return bad("logit_bias", "has a bias that is not finite");
     }
+    if (grammar.size() > b::max_grammar_bytes) return bad("grammar", "is longer than 1 MiB");
     return status::ok();
 }
 
@@ -64,7 +65,7 @@ void sampler::set_history(std::span<const token_id> sequence) {
     recent_.assign(sequence.end() - static_cast<std::ptrdiff_t>(n), sequence.end());
 }
 
-result<token_id> sampler::sample_finite(std::span<float> logits) {
+status sampler::check_finite(std::span<const float> logits) {
     for (size_t i = 0; i < logits.size(); ++i) {
         if (!std::isfinite(logits[i])) {
             return make_error(error_code::runtime, "the model computed a logit that is not finite (" +
@@ -73,10 +74,20 @@ result<token_id> sampler::sample_finite(std::span<float> logits) {
                                                        "): its weights or activations are broken");
         }
     }
+    return status::ok();
+}
+
+result<token_id> sampler::sample_finite(std::span<float> logits) {
+    SKIPPY_TRY(check_finite(logits));
     return sample(logits);
 }
 
 token_id sampler::sample(std::span<float> logits) {
+    adjust(logits);
+    return pick(logits);
+}
+
+void sampler::adjust(std::span<float> logits) {
     const int64_t n_vocab = static_cast<int64_t>(logits.size());
     for (const auto & [id, bias] : config_.logit_bias) {
         if (id < n_vocab) logits[static_cast<size_t>(id)] += bias;
@@ -93,6 +104,10 @@ token_id sampler::sample(std::span<float> logits) {
         }
     }
 
+}
+
+token_id sampler::pick(std::span<const float> logits) {
+    const int64_t n_vocab = static_cast<int64_t>(logits.size());
     if (config_.greedy()) {
         token_id best = 0;
         for (int64_t i = 1; i < n_vocab; ++i) {

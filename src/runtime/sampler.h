@@ -34,6 +34,8 @@ struct sampling_bounds {
     // Each logit_bias value in [-100, 100] (OpenAI's range), checked by the front ends;
     // validate() asks only for a finite value (a peer may ban a token with any bias).
     static constexpr float   max_abs_logit_bias = 100.0f;
+    // A grammar's GBNF text, in bytes (grammar::grammar_limits' default; the wire's bound too).
+    static constexpr size_t  max_grammar_bytes = size_t{1} << 20;
 };
 
 struct sampling_config {
@@ -47,10 +49,15 @@ struct sampling_config {
     float    frequency_penalty = 0.0f;   // subtracted per occurrence in the window
     int32_t  penalty_last_n = 64;        // window of recent tokens the penalties look at; 0: off
     std::vector<std::pair<token_id, float>> logit_bias;  // added to a token's logit
+    // A constraint on the output: GBNF text (docs/grammar.md, start rule `root`) that
+    // every generated token must continue; empty: none. The front ends compile JSON
+    // schemas to it; the final stage compiles it (lane_sampler, constraint_cache).
+    std::string grammar;
 
     bool greedy() const { return temperature <= 0.0f; }
     // Checks every field against sampling_bounds (and that every value is finite and
-    // every logit_bias id >= 0): invalid_argument naming the field.
+    // every logit_bias id >= 0, and the grammar's size): invalid_argument naming the
+    // field. The grammar's syntax is checked where it is compiled.
     status validate() const;
     // validate(), and every logit_bias id below n_vocab (the model's vocabulary).
     status validate(int32_t n_vocab) const;
@@ -60,8 +67,17 @@ class sampler {
 public:
     explicit sampler(sampling_config config);
 
-    // Picks the next token from logits[n_vocab] (modified in place).
+    // Picks the next token from logits[n_vocab] (modified in place): adjust() then pick().
     token_id sample(std::span<float> logits);
+    // The first half of sample(): logit bias and penalties, in place.
+    void adjust(std::span<float> logits);
+    // The second half: the draw from adjusted logits (greedy argmax, or top-k, top-p,
+    // min-p, temperature and one value of the generator). Logits of -infinity are
+    // never drawn while some logit is finite (the grammar's mask).
+    // REQUIRES: some logit is finite.
+    token_id pick(std::span<const float> logits);
+    // `runtime` naming the first logit that is NaN or infinite, else ok.
+    static status check_finite(std::span<const float> logits);
     // sample(), unless a logit is NaN or infinite (the model's weights or activations
     // are broken): then `runtime`, naming the first such token, and nothing is drawn.
     // Every topology's final stage samples through this, so a broken model fails the

@@ -1,5 +1,7 @@
 #include "runtime/stage.h"
 
+#include "runtime/constraint.h"
+
 #include <algorithm>
 #include <cstring>
 #include <fstream>
@@ -38,6 +40,7 @@ result<std::unique_ptr<stage>> stage::load(std::shared_ptr<const gguf::file> fil
     }
     auto s = std::unique_ptr<stage>(new stage());
     s->file_ = file;
+    s->constraints_ = std::make_shared<constraint_cache>(file);
     s->ctx_size_ = options.ctx_size > 0 ? options.ctx_size : std::min(hp.n_ctx_train, 4096);
     SKIPPY_ASSIGN_OR_RETURN(s->slice_, model_slice::bind(file, range, {s->ctx_size_}));
     const int32_t n_threads = options.n_threads > 0 ? options.n_threads : physical_core_count();

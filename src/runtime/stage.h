@@ -22,6 +22,8 @@
 
 namespace skippy {
 
+class constraint_cache;
+
 struct stage_options {
     layer_range layers;              // {0, 0}: every layer of the model
     int32_t     n_threads = 0;       // 0: physical cores
@@ -59,6 +61,8 @@ public:
     int32_t ctx_size() const { return ctx_size_; }
     int32_t n_threads() const { return pool_->n_threads(); }
     kv_pool & kv() { return *kv_pool_; }
+    // The grammars and the vocabulary trie of this stage's model (runtime/constraint.h).
+    constraint_cache & constraints() const { return *constraints_; }
 
     // Positions [0, n) of the lane's KV are valid.
     int64_t lane_tokens(int32_t lane) const;
@@ -106,6 +110,7 @@ private:
     status run_layers(std::span<const lane_span> spans, float * x);
 
     std::shared_ptr<const gguf::file>     file_;
+    std::shared_ptr<constraint_cache>     constraints_;
     std::unique_ptr<model_slice>          slice_;
     std::shared_ptr<kernels::thread_pool> pool_;
     std::unique_ptr<kv_pool>              kv_pool_;

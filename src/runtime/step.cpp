@@ -1,9 +1,22 @@
 #include "runtime/step.h"
 
 #include <algorithm>
+#include <bit>
+#include <limits>
 #include <cstring>
 
 namespace skippy {
+
+result<std::unique_ptr<lane_sampler>> lane_sampler::make(sampling_config config, constraint_cache * constraints) {
+    if (config.grammar.empty()) return std::make_unique<lane_sampler>(std::move(config));
+    if (!constraints) return make_error(error_code::unsupported, "grammar: this stage cannot constrain its output");
+    SKIPPY_ASSIGN_OR_RETURN(auto compiled, constraints->get(config.grammar));
+    config.grammar.clear();  // compiled: the sampler itself never reads it
+    auto s = std::make_unique<lane_sampler>(std::move(config));
+    s->vocab_ = std::move(compiled.vocab);
+    s->matcher_ = std::make_unique<grammar::matcher>(std::move(compiled.grammar));
+    return s;
+}
 
 void lane_sampler::track(int64_t pos_start, std::span<const token_id> tokens) {
     sequence_.resize(static_cast<size_t>(std::clamp<int64_t>(pos_start, 0, static_cast<int64_t>(sequence_.size()))));
@@ -14,9 +27,59 @@ void lane_sampler::trim(int64_t n_tokens) {
     if (static_cast<int64_t>(sequence_.size()) > n_tokens) sequence_.resize(static_cast<size_t>(std::max<int64_t>(n_tokens, 0)));
 }
 
+status lane_sampler::catch_up() {
+    const int64_t n = static_cast<int64_t>(sequence_.size());
+    if (output_start_ < 0) output_start_ = n;  // the first draw follows the prompt
+    if (n < output_start_ + n_fed_) {
+        // Positions the matcher had consumed were dropped: start the output again.
+        matcher_->reset();
+        n_fed_ = 0;
+        output_start_ = std::min(output_start_, n);
+    }
+    for (int64_t pos = output_start_ + n_fed_; pos < n; ++pos) {
+        const token_id id = sequence_[static_cast<size_t>(pos)];
+        status st = matcher_->advance_token(*vocab_, id);
+        if (!st.is_ok()) {
+            return make_error(error_code::invalid_argument, "grammar: the output token " + std::to_string(id) +
+                                                                " at position " + std::to_string(pos) +
+                                                                " does not continue the grammar: " + st.message());
+        }
+        ++n_fed_;
+    }
+    return status::ok();
+}
+
 result<token_id> lane_sampler::sample(std::span<float> logits) {
     sampler_.set_history(sequence_);
-    return sampler_.sample_finite(logits);
+    if (!matcher_) return sampler_.sample_finite(logits);
+    SKIPPY_TRY(sampler::check_finite(logits));
+    SKIPPY_TRY(catch_up());
+    if (static_cast<int64_t>(logits.size()) != vocab_->n_vocab()) {
+        return make_error(error_code::invalid_argument, "grammar: the model has " + std::to_string(logits.size()) +
+                                                            " logits but its vocabulary " + std::to_string(vocab_->n_vocab()) +
+                                                            " tokens");
+    }
+    sampler_.adjust(logits);
+    const token_id favourite = sampler_.pick(logits);
+    if (matcher_->accepts_token(*vocab_, favourite)) return favourite;
+    SKIPPY_TRY(matcher_->allowed_tokens(*vocab_, mask_));
+    if (mask_.count() == 0) {
+        return make_error(error_code::invalid_argument,
+                          "grammar: dead end: the grammar can go on, but no token of the vocabulary continues it");
+    }
+    ++n_masked_draws_;
+    constexpr float banned = -std::numeric_limits<float>::infinity();
+    const auto & words = mask_.words();
+    for (size_t w = 0; w < words.size(); ++w) {
+        uint64_t refused = ~words[w];
+        while (refused) {
+            const size_t id = w * 64 + static_cast<size_t>(std::countr_zero(refused));
+            refused &= refused - 1;
+            if (id >= logits.size()) break;
+            logits[id] = banned;
+        }
+    }
+    return sampler_.pick(logits);
 }
 
 std::span<const float> step_runner::rows(const step_item & item) const {

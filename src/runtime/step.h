@@ -14,6 +14,8 @@
 // and the head promise it), so a step's composition never changes a token.
 #pragma once
 
+#include "grammar/grammar.h"
+#include "runtime/constraint.h"
 #include "runtime/sampler.h"
 #include "runtime/stage.h"
 
@@ -28,21 +30,54 @@ namespace skippy {
 // A sampler with its penalty window kept by position: the window holds the tokens at
 // positions [0, n) the lane holds, which is exactly the prompt and then each
 // generated token, however the positions were filled (computed, restored, chunked).
+//
+// Under a grammar (sampling_config::grammar), the output — every token after the
+// prompt, i.e. after the positions the lane held at its first sample — must continue
+// it: the sampler draws as usual and keeps the token when the grammar accepts it (one
+// cheap check: unconstrained lanes pay nothing and constrained ones little); otherwise
+// it masks every token the grammar refuses and draws again from the same logits. Once
+// the grammar is done (nothing may follow), only end-of-generation tokens remain, so
+// the generation ends as at any end of generation. The matcher follows the positions
+// too (it is fed the generated tokens as the lane comes to hold them), so a token's
+// draw depends only on the logits and the tokens before it: the same on every
+// topology, with the cache on or off.
 class lane_sampler {
 public:
+    // Unconstrained. REQUIRES: config.grammar is empty.
     explicit lane_sampler(sampling_config config) : sampler_(std::move(config)) {}
+    // Under the grammar of `config` (when not empty), compiled through `constraints`
+    // (null: a grammar is refused). invalid_argument with the grammar's message for a
+    // bad grammar.
+    static result<std::unique_ptr<lane_sampler>> make(sampling_config config, constraint_cache * constraints);
 
     // The lane now holds `tokens` at [pos_start, +n) (later positions are dropped).
     void track(int64_t pos_start, std::span<const token_id> tokens);
     // Drops positions >= n_tokens.
     void trim(int64_t n_tokens);
     // The next token from logits[n_vocab] (modified) with the window as it stands;
-    // `runtime` if a logit is not finite (sampler::sample_finite).
+    // `runtime` if a logit is not finite (sampler::sample_finite). Under a grammar:
+    // invalid_argument when the output so far is not one the grammar admits, or the
+    // grammar can go on but no token of the vocabulary continues it (a dead end), or
+    // the matcher ran out of its limits.
     result<token_id> sample(std::span<float> logits);
 
+    bool constrained() const { return matcher_ != nullptr; }
+    // Draws the grammar refused (a full mask was computed), for tests and the bench.
+    uint64_t n_masked_draws() const { return n_masked_draws_; }
+
 private:
+    // Feeds the matcher the generated tokens the lane holds that it has not seen.
+    status catch_up();
+
     sampler               sampler_;
     std::vector<token_id> sequence_;
+    // Under a grammar.
+    grammar::token_trie_ptr           vocab_;
+    std::unique_ptr<grammar::matcher> matcher_;
+    grammar::token_mask               mask_;
+    int64_t                           output_start_ = -1;  // positions before it are the prompt; -1: not sampled yet
+    int64_t                           n_fed_ = 0;          // output tokens the matcher consumed
+    uint64_t                          n_masked_draws_ = 0;
 };
 
 enum class step_kind : uint8_t {

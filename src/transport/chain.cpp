@@ -315,7 +315,7 @@ status chain_pipeline::begin(int32_t lane, const sampling_config & sampling, std
     ls.session.cache().configure(std::string(cache_key), mode, ls.n_prompt);
 
     if (single_stage()) {
-        ls.session.start_sampling(sampling);
+        SKIPPY_TRY(ls.session.start_sampling(sampling));
         return ls.restore.begin(prompt_tokens);
     }
 

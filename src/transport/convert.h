@@ -18,6 +18,7 @@ inline sampling_config to_sampling_config(const protocol::sampling_params & p) {
     c.frequency_penalty = p.frequency_penalty;
     c.penalty_last_n = p.penalty_last_n;
     c.logit_bias.assign(p.logit_bias.begin(), p.logit_bias.end());
+    c.grammar = p.grammar;
     return c;
 }
 
@@ -33,6 +34,7 @@ inline protocol::sampling_params to_sampling_params(const sampling_config & c) {
     p.frequency_penalty = c.frequency_penalty;
     p.penalty_last_n = c.penalty_last_n;
     p.logit_bias.assign(c.logit_bias.begin(), c.logit_bias.end());
+    p.grammar = c.grammar;
     return p;
 }
 

@@ -33,8 +33,14 @@ public:
     lane_cache & cache() { return cache_; }
 
     // ---- the final stage's sampler
-    // A fresh sampler with an empty penalty window.
-    void start_sampling(sampling_config config) { sampler_ = std::make_unique<lane_sampler>(std::move(config)); }
+    // A fresh sampler with an empty penalty window, under config's grammar when it has
+    // one (compiled through the stage's constraint cache; a bad grammar is
+    // invalid_argument and leaves the lane without a sampler).
+    status start_sampling(sampling_config config) {
+        sampler_.reset();
+        SKIPPY_ASSIGN_OR_RETURN(sampler_, lane_sampler::make(std::move(config), &stage_.constraints()));
+        return status::ok();
+    }
     void stop_sampling() { sampler_.reset(); }
     bool sampling() const { return sampler_ != nullptr; }
     lane_sampler * sampler() { return sampler_.get(); }

@@ -264,7 +264,7 @@ status stage_server::lane_worker::handle_configure(const protocol::request & req
     if (is_final_) {
         sampling_config sc = to_sampling_config(req.generation->sampling);
         SKIPPY_TRY(sc.validate(stage_.hparams().n_vocab));
-        session_.start_sampling(std::move(sc));
+        SKIPPY_TRY(session_.start_sampling(std::move(sc)));
         SKIPPY_TRY(server_.connect_return(slot_));  // before stage 0 hears the ack
         slot_.configured = true;
         return status::ok();

@@ -1,6 +1,8 @@
 // Request parsing and validation, error bodies, response and SSE formatting.
 #include "http/api.h"
 
+#include "grammar/grammar.h"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -212,7 +214,20 @@ TEST(ParseRequest, WrongTypesAndOutOfRangeValuesNameTheField) {
         {R"("n":0)", "n"},
         {R"("logprobs":true)", "logprobs"},
         {R"("tools":[{"type":"function"}])", "tools[0].function"},
-        {R"("response_format":{"type":"json_object"})", "response_format"},
+        {R"("response_format":"json")", "response_format"},
+        {R"("response_format":{"type":"yaml"})", "response_format.type"},
+        {R"("response_format":{"type":"json_schema"})", "response_format.json_schema"},
+        {R"("response_format":{"type":"json_schema","json_schema":{"name":"x"}})", "response_format.json_schema.schema"},
+        {R"("response_format":{"type":"json_schema","json_schema":{"schema":{"type":"string","minLength":5,"maxLength":2}}})",
+         "response_format.json_schema.schema"},
+        {R"("response_format":{"type":"json_schema","json_schema":{"schema":{"type":"strin"}}})",
+         "response_format.json_schema.schema"},
+        {R"("response_format":{"type":"json_schema","json_schema":{"schema":{"type":"string"},"strict":"yes"}})",
+         "response_format.json_schema.strict"},
+        {R"("grammar":5)", "grammar"},
+        {R"("grammar":"root ::= \"a")", "grammar"},
+        {R"("grammar":"root ::= missing")", "grammar"},
+        {R"("grammar":"root ::= \"a\"","response_format":{"type":"json_object"})", "response_format"},
     };
     for (const auto & c : cases) {
         const api_error e = chat_error("{" + k_msgs + "," + c.fragment + "}");
@@ -220,6 +235,37 @@ TEST(ParseRequest, WrongTypesAndOutOfRangeValuesNameTheField) {
         EXPECT_EQ(e.param, c.param) << c.fragment << ": " << e.message;
         EXPECT_FALSE(e.message.empty());
     }
+}
+
+TEST(ParseRequest, ResponseFormatAndGrammarBecomeTheSamplersGrammar) {
+    EXPECT_TRUE(chat_ok("{" + k_msgs + R"(,"response_format":{"type":"text"}})").sampling.grammar.empty());
+    EXPECT_EQ(chat_ok("{" + k_msgs + R"(,"response_format":{"type":"json_object"}})").sampling.grammar,
+              grammar::gbnf_json_object());
+    EXPECT_EQ(completion_ok(R"({"prompt":"x","grammar":"root ::= \"yes\" | \"no\""})").sampling.grammar,
+              "root ::= \"yes\" | \"no\"");
+    // The schema's own key order reaches the converter (nlohmann::json would sort b before a... and z).
+    const auto r = chat_ok("{" + k_msgs + R"(,"response_format":{"type":"json_schema","json_schema":{"name":"o","strict":true,
+        "schema":{"type":"object","properties":{"z":{"type":"integer"},"a":{"type":"string"}},"required":["z","a"],
+                  "additionalProperties":false}}}})");
+    auto want = grammar::gbnf_from_json_schema(std::string_view(
+        R"({"type":"object","properties":{"z":{"type":"integer"},"a":{"type":"string"}},"required":["z","a"],"additionalProperties":false})"),
+        {.strict = true});
+    ASSERT_TRUE(want.is_ok());
+    EXPECT_EQ(r.sampling.grammar, *want);
+    auto g = grammar::compile(r.sampling.grammar);
+    ASSERT_TRUE(g.is_ok());
+    grammar::matcher m(*g);
+    EXPECT_TRUE(m.accepts(R"({"z":1,"a":"b"})"));
+    EXPECT_FALSE(m.accepts(R"({"a":"b")"));
+    // strict: a keyword we do not enforce is refused; without strict it is ignored.
+    const std::string fmt = R"("format":"hostname")";
+    EXPECT_EQ(chat_error("{" + k_msgs + R"(,"response_format":{"type":"json_schema","json_schema":{"strict":true,"schema":{"type":"string",)" + fmt + "}}}}").param,
+              "response_format.json_schema.schema");
+    EXPECT_FALSE(chat_ok("{" + k_msgs + R"(,"response_format":{"type":"json_schema","json_schema":{"schema":{"type":"string",)" + fmt + "}}}}")
+                     .sampling.grammar.empty());
+    // The grammar module's message reaches the client.
+    const api_error e = chat_error("{" + k_msgs + R"(,"grammar":"root ::= \"a"})");
+    EXPECT_NE(e.message.find("1:"), std::string::npos) << e.message;
 }
 
 TEST(ParseRequest, OffValuesOfUnsupportedOptionsAreAccepted) {

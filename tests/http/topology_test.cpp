@@ -148,6 +148,11 @@ std::vector<corpus_case> corpus() {
         {"max_tokens past the context", R"("max_tokens":257)", 400},
         {"17 stop strings", R"("stop":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"])", 400},
         {"cache key of 257 bytes", "\"prompt_cache_key\":\"" + std::string(257, 'k') + "\"", 400},
+        // The final stage's constraint: grammars that cannot end within 4 tokens (so
+        // that all 4 are compared), and one that does not compile.
+        {"grammar of letters", R"("grammar":"root ::= [a-z]{12,20}","temperature":0.9,"seed":4)", 200},
+        {"grammar with a brace", R"("grammar":"root ::= \"{\" [a-z]{10,}","temperature":0.9,"seed":6)", 200},
+        {"grammar that does not compile", R"("grammar":"root ::= [a-z")", 400},
     };
 }
 

@@ -65,7 +65,7 @@ TEST(protocol_golden, StatsBlockWidthsSumToTheBlockSize) {
 TEST(protocol_golden, Hello) {
     const std::string hex =
         "534b5059"   // magic "SKPY"
-        "0300"       // protocol_version 3
+        "0400"       // protocol_version 4
         "0100"       // link_kind 1: forward
         "02000000"   // lane 2
         "01000000"   // sender_stage 1
@@ -84,7 +84,7 @@ TEST(protocol_golden, Hello) {
 TEST(protocol_golden, HelloReply) {
     const std::string hex =
         "534b5059"   // magic "SKPY"
-        "0300"       // protocol_version 3
+        "0400"       // protocol_version 4
         "0400"       // status 4: busy
         "0400"       // reason_len 4
         "62757379";  // "busy"
@@ -189,7 +189,7 @@ TEST(protocol_golden, Stop) {
 
 TEST(protocol_golden, ConfigureGeneration) {
     expect_request_golden(testing::sample_configure_generation(),
-        "d1000000"           // frame_bytes 209 = 140 + 8 tokens + generation 61
+        "e1000000"           // frame_bytes 225 = 140 + 8 tokens + generation 77
         "0500"               // kind 5: configure_generation
         "0100"               // flags: bit 0 (generation config)
         + ids_hex +
@@ -215,7 +215,9 @@ TEST(protocol_golden, ConfigureGeneration) {
         "0d000000 000080bf"  // token 13: bias -1.0
         "02"                 // cache_mode 2: lookup_record
         "10000000"           // cache_min_tokens 16
-        "0200 6162");        // cache_key "ab"
+        "0200 6162"          // cache_key "ab"
+        "0c000000"           // grammar_len 12
+        "726f6f74203a3a3d202278 22");  // grammar `root ::= "x"`
 }
 
 TEST(protocol_golden, ProbePrefill) {

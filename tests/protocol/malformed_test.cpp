@@ -53,7 +53,7 @@ TEST(protocol_malformed, HelloFromAnotherVersionIsUnsupportedWithAClearReason) {
     h.version = 1;  // a stage from before kind 9 carried an activation
     const auto bytes = encode_hello(h);
     auto res = decode_hello(bytes, limits);
-    expect_refused(res, "peer speaks protocol version 1, this stage speaks 3", error_code::unsupported);
+    expect_refused(res, "peer speaks protocol version 1, this stage speaks 4", error_code::unsupported);
     expect_refused(peek_hello_length(bytes, limits), "version", error_code::unsupported);
     auto v = peek_hello_version(bytes);
     ASSERT_TRUE(v.is_ok());
@@ -298,6 +298,26 @@ TEST(protocol_malformed, CacheKeyOverTheLimitIsRefused) {
     auto bytes = encode_request(r);
     patch_u16(bytes, at_generation + 57, 0xffff);
     expect_refused(decode_request(bytes, limits), "cache_key_len");
+}
+
+TEST(protocol_malformed, GrammarOverTheLimitIsRefused) {
+    protocol_limits small = limits;
+    small.max_grammar_bytes = 4;
+    const request r = testing::sample_configure_generation();
+    expect_refused(decode_request(encode_request(r), small), "max_grammar_bytes");
+    EXPECT_FALSE(validate_request(r, small).is_ok());
+    // A length past the limit, and one within it but past the frame's end.
+    auto bytes = encode_request(r);
+    patch_u32(bytes, at_generation + 61, 0xffffffffu);
+    expect_refused(decode_request(bytes, limits), "grammar_len");
+    patch_u32(bytes, at_generation + 61, 13);
+    expect_refused(decode_request(bytes, limits), "grammar");
+    // The grammar's bytes are opaque here: any bytes round-trip (the final stage compiles them).
+    request odd = r;
+    odd.generation->sampling.grammar = std::string("\0\xff root", 7);
+    auto back = decode_request(encode_request(odd), limits);
+    ASSERT_TRUE(back.is_ok()) << back.error().to_string();
+    EXPECT_EQ(*back, odd);
 }
 
 TEST(protocol_malformed, ActivationWidthOverTheLimitOrZeroIsRefused) {

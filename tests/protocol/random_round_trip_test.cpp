@@ -142,6 +142,7 @@ private:
         g.cache_mode = static_cast<prompt_cache_mode>(pick(3));
         g.cache_min_tokens = static_cast<uint32_t>(rng_());
         g.cache_key = random_bytes(40);
+        s.grammar = random_bytes(60);
         return g;
     }
 

@@ -104,6 +104,7 @@ inline generation_config sample_generation() {
     g.sampling.frequency_penalty = 0.25f;
     g.sampling.penalty_last_n = 64;
     g.sampling.logit_bias = {{13, -1.0f}};
+    g.sampling.grammar = "root ::= \"x\"";
     g.cache_mode = prompt_cache_mode::lookup_record;
     g.cache_min_tokens = 16;
     g.cache_key = "ab";

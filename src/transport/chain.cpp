@@ -466,6 +466,11 @@ void chain_pipeline::end(int32_t lane) {
 
 int64_t chain_pipeline::cached_tokens(int32_t lane) const { return lanes_[static_cast<size_t>(lane)]->restore.restored(); }
 
+pipeline_i::cache_stage_masks chain_pipeline::cache_masks(int32_t lane) const {
+    const protocol::stats_block & s = lanes_[static_cast<size_t>(lane)]->stats;
+    return {s.kv_hit_stage_mask, s.kv_record_stage_mask};
+}
+
 protocol::stats_block chain_pipeline::last_stats(int32_t lane) const { return lanes_[static_cast<size_t>(lane)]->stats; }
 
 std::vector<telemetry::stage_snapshot> chain_pipeline::stage_snapshots() {

@@ -36,7 +36,16 @@ const questions = [
   'Tell me a story.', 'What did the dog do?', 'And then?', 'Where was the ball?', 'Who found it?',
   'Was she happy?', 'What did they eat?', 'Did it rain?', 'How did it end?', 'Tell me one more thing.',
 ];
-const tail = 1;  // plain: "\n" after the answer
+const tail = 1;
+
+// true (the test is skipped) when stories260K is not there; fails instead under CI.
+function skipWithoutModel(t) {
+  if (present) return false;
+  if (inCi) assert.fail(`test data ${model} missing (CI is set; see SKIPPY_TEST_DATA)`);
+  console.log(`${SKIP_MARKER}: ${model} not found; set SKIPPY_TEST_DATA to the shared folder`);
+  t.skip('stories260K.gguf not found');
+  return true;
+}  // plain: "\n" after the answer
 
 async function converse(server) {
   const openai = server.client();
@@ -53,12 +62,7 @@ async function converse(server) {
 }
 
 test('a 10-turn chat on 3 stages restores each previous turn, answers equal to the cache off', async (t) => {
-  if (!present) {
-    if (inCi) assert.fail(`test data ${model} missing (CI is set; see SKIPPY_TEST_DATA)`);
-    console.log(`${SKIP_MARKER}: ${model} not found; set SKIPPY_TEST_DATA to the shared folder`);
-    t.skip('stories260K.gguf not found');
-    return;
-  }
+  if (skipWithoutModel(t)) return;
   const got = await converse(cached);
   const want = await converse(plain);
   for (let i = 0; i < questions.length; i++) {
@@ -88,12 +92,7 @@ test('a 10-turn chat on 3 stages restores each previous turn, answers equal to t
 // an in-band chunk without an activation frame count as lookups too, so after one
 // warm and two cold requests every stage reports 1 hit and 2 misses.
 test('after 1 warm and 2 cold requests every stage of 3 reports 1 hit and 2 misses', async (t) => {
-  if (!present) {
-    if (inCi) assert.fail(`test data ${model} missing (CI is set; see SKIPPY_TEST_DATA)`);
-    console.log(`${SKIP_MARKER}: ${model} not found; set SKIPPY_TEST_DATA to the shared folder`);
-    t.skip('stories260K.gguf not found');
-    return;
-  }
+  if (skipWithoutModel(t)) return;
   const dir = mkdtempSync(join(tmpdir(), 'skippy-turns-'));
   const events = join(dir, 'events.jsonl');
   const server = await startServer([...flags, '--telemetry-file', events], { model });

@@ -229,7 +229,7 @@ void stage_cache::note_tier_attrs(decision_event & ev, const candidates & c) con
         ev.num<attr::redis_matched_tokens>(s.peek.matched_tokens);
         if (s.peek.error != error_code::ok) ev.text<attr::redis_error_class>(error_class_name(s.peek.error));
     }
-    if (any_io_tier()) ev.text<attr::kv_candidates>(candidates_text(c));
+    ev.text<attr::kv_candidates>(candidates_text(c));  // the tiers asked and what each could restore
 }
 
 void stage_cache::count_look_locked(int32_t session, cache_tier served) {
@@ -475,6 +475,8 @@ activation_restore_result stage_cache::restore_with_activation(const activation_
     }
     if (!out.frame) {
         out.outcome = activation_outcome::miss;
+        // No KV tier was asked: the chunk is computed from position token_start.
+        ev.num<attr::kv_token_start>(req.ns.token_start).num<attr::kv_token_count>(0).text<attr::kv_candidates>("activation=0");
     } else if (out.kv.outcome == lookup_outcome::error) {
         out.outcome = activation_outcome::kv_error;
     } else if (out.kv.outcome == lookup_outcome::hit) {

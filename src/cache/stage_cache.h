@@ -13,9 +13,9 @@
 // Typical use by a stage for one request (session = lane):
 //   restore({ns, lane, prompt, prompt_tokens - 1})   -> R tokens restored (maybe 0)
 //   make_room_for_write(lane, R, chunk)               before each forward
-//   note_prefill(lane, pos_start, chunk_tokens)       after each prefilled chunk
+//   note_prefill(lane, pos_start, chunk_tokens)       after each prefilled chunk and decoded token
 //   record(ns, lane, record_reason::final_prefill)    after the final chunk
-//   record(ns, lane, record_reason::stop)             at Stop (records only if more was added)
+//   record(ns, lane, record_reason::stop)             at Stop: prompt + decoded tokens (only if more was added)
 #pragma once
 
 #include "base/status.h"
@@ -225,7 +225,8 @@ public:
     // evicts unreferenced resident entries until the pool can hold the write.
     admission_result make_room_for_write(int32_t session, int64_t pos_start, int64_t n_tokens);
 
-    // A prefilled chunk (after its forward succeeded).
+    // Tokens whose KV the session now holds (after their forward succeeded): a
+    // prefilled chunk, or a decoded token, so the record at Stop covers the answer too.
     void note_prefill(int32_t session, int64_t pos_start, std::span<const token_id> tokens);
 
     // Records the session's accumulated prompt when tokens were added since it was

@@ -108,6 +108,7 @@ result<nlohmann::json> shared_prefix(std::shared_ptr<const gguf::file> file, con
     const int32_t n_vocab = cached->n_vocab();
     std::vector<double> cold_ms, warm_ms, floor_ms;
     int64_t cached_tokens = 0;
+    uint64_t cold_record_mask = 0, warm_hit_mask = 0;
     for (int32_t r = 0; r < o.repeat; ++r) {
         const auto prefix = random_tokens(o.prefix_tokens, 1000u + static_cast<uint32_t>(r), n_vocab);
         const auto a = concat(prefix, random_tokens(o.suffix_tokens, 2000u + static_cast<uint32_t>(r), n_vocab));
@@ -117,6 +118,8 @@ result<nlohmann::json> shared_prefix(std::shared_ptr<const gguf::file> file, con
         cold_ms.push_back(cold.ttft_ms);
         warm_ms.push_back(warm.ttft_ms);
         cached_tokens = warm.cached_tokens;
+        cold_record_mask = cold.cache_record_stage_mask;
+        warm_hit_mask = warm.cache_hit_stage_mask;
         // The floor: the prefix already in the KV (computed untimed), then the suffix
         // prefill and one decode, exactly what a warm request must still compute.
         sampling_config greedy;
@@ -145,6 +148,8 @@ result<nlohmann::json> shared_prefix(std::shared_ptr<const gguf::file> file, con
     j["prefix_tokens"] = o.prefix_tokens;
     j["suffix_tokens"] = o.suffix_tokens;
     j["cached_tokens"] = cached_tokens;
+    j["cold_kv_record_stage_mask"] = cold_record_mask;  // bit i: stage i recorded the cold prompt
+    j["warm_kv_hit_stage_mask"] = warm_hit_mask;        // bit i: stage i restored for the warm one
     j["cold_ttft_ms"] = median(cold_ms);
     j["warm_ttft_ms"] = median(warm_ms);
     j["suffix_floor_ms"] = median(floor_ms);
@@ -211,6 +216,7 @@ result<nlohmann::json> restart(std::shared_ptr<const gguf::file> file, const ben
     const std::string dir = o.kv_cache_disk + "/bench-restart-" + std::to_string(::getpid());
     std::vector<double> cold_ms, warm_ms, disk_ms, redis_ms;
     int64_t disk_cached = 0, redis_cached = 0, warm_cached = 0;
+    uint64_t warm_hit_mask = 0, disk_hit_mask = 0, redis_hit_mask = 0;  // bit i: stage i restored
     int32_t n_vocab = 0;
     for (int32_t r = 0; r < o.repeat; ++r) {
         const uint32_t seed = 11000u + static_cast<uint32_t>(r) * 7u;
@@ -227,11 +233,13 @@ result<nlohmann::json> restart(std::shared_ptr<const gguf::file> file, const ben
             cold_ms.push_back(cold.ttft_ms);
             warm_ms.push_back(warm.ttft_ms);
             warm_cached = warm.cached_tokens;
+            warm_hit_mask = warm.cache_hit_stage_mask;
         }  // torn down: the disk writes are flushed first
         SKIPPY_ASSIGN_OR_RETURN(auto restarted, make(file, o, o.kv_cache, ctx, dir));
         SKIPPY_ASSIGN_OR_RETURN(generation_result from_disk, ttft_run(*restarted, c, o.batch_size));
         disk_ms.push_back(from_disk.ttft_ms);
         disk_cached = from_disk.cached_tokens;
+        disk_hit_mask = from_disk.cache_hit_stage_mask;
         restarted.reset();
         if (!o.kv_cache_redis.empty()) {
             {
@@ -242,6 +250,7 @@ result<nlohmann::json> restart(std::shared_ptr<const gguf::file> file, const ben
             SKIPPY_ASSIGN_OR_RETURN(generation_result shared, ttft_run(*other, b, o.batch_size));
             redis_ms.push_back(shared.ttft_ms);
             redis_cached = shared.cached_tokens;
+            redis_hit_mask = shared.cache_hit_stage_mask;
         }
     }
     std::error_code ec;
@@ -252,13 +261,16 @@ result<nlohmann::json> restart(std::shared_ptr<const gguf::file> file, const ben
     j["cold_ttft_ms"] = median(cold_ms);
     j["warm_ttft_ms"] = median(warm_ms);
     j["warm_cached_tokens"] = warm_cached;
+    j["warm_kv_hit_stage_mask"] = warm_hit_mask;
     j["disk_ttft_ms"] = median(disk_ms);
     j["disk_cached_tokens"] = disk_cached;
+    j["disk_kv_hit_stage_mask"] = disk_hit_mask;
     j["disk_over_warm"] = median(disk_ms) / std::max(1e-9, median(warm_ms));
     j["cold_over_disk"] = median(cold_ms) / std::max(1e-9, median(disk_ms));
     if (!redis_ms.empty()) {
         j["redis_ttft_ms"] = median(redis_ms);
         j["redis_cached_tokens"] = redis_cached;
+        j["redis_kv_hit_stage_mask"] = redis_hit_mask;
         j["redis_over_warm"] = median(redis_ms) / std::max(1e-9, median(warm_ms));
     }
     return j;

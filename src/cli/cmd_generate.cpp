@@ -47,6 +47,8 @@ std::string result_json(int64_t index, const tokenizer & vocab, const generation
     j["tokens"] = res.tokens;
     j["prompt_tokens"] = res.prompt_tokens;
     j["cached_tokens"] = res.cached_tokens;
+    j["kv_hit_stage_mask"] = res.cache_hit_stage_mask;        // bit i: stage i restored
+    j["kv_record_stage_mask"] = res.cache_record_stage_mask;  // bit i: stage i recorded
     j["ttft_ms"] = res.ttft_ms;
     j["total_ms"] = res.total_ms;
     return j.dump();

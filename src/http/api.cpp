@@ -538,6 +538,7 @@ ojson usage_json(const usage_numbers & u) {
     j["completion_tokens"] = u.completion_tokens;
     j["total_tokens"] = u.prompt_tokens + u.completion_tokens;
     j["prompt_tokens_details"] = ojson{{"cached_tokens", u.cached_tokens}};
+    j["skippy"] = ojson{{"kv_hit_stage_mask", u.kv_hit_stage_mask}, {"kv_record_stage_mask", u.kv_record_stage_mask}};
     return j;
 }
 

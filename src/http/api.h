@@ -94,6 +94,9 @@ struct usage_numbers {
     int64_t prompt_tokens = 0;
     int64_t completion_tokens = 0;
     int64_t cached_tokens = 0;
+    // Bit i: stage i restored / recorded the prompt's prefix (usage.skippy).
+    uint64_t kv_hit_stage_mask = 0;
+    uint64_t kv_record_stage_mask = 0;
 };
 
 // A fresh id with the endpoint's prefix; unique within the process.

@@ -546,7 +546,7 @@ void http_server::impl::finish_non_streaming(generation_job & job) {
         return send_error(ch, error_for_status(503, stopping ? "The server is shutting down" : "The client went away"));
     }
     usage_numbers usage{static_cast<int64_t>(job.prompt.size()), static_cast<int64_t>(out.gen.tokens.size()),
-                        out.gen.cached_tokens};
+                        out.gen.cached_tokens, out.gen.cache_hit_stage_mask, out.gen.cache_record_stage_mask};
     if (job.meta.kind != endpoint::chat_completions) {
         return ch.respond(json_response(completion_body(job.meta, text, out.finish, usage)));
     }
@@ -595,7 +595,7 @@ void http_server::impl::stream(generation_job & job) {
     bool ok = write(sse_event(stream_chunk(job.meta, "", false, out.finish, usage_null)));
     if (ok && job.request.include_usage) {
         usage_numbers usage{static_cast<int64_t>(job.prompt.size()), static_cast<int64_t>(out.gen.tokens.size()),
-                            out.gen.cached_tokens};
+                            out.gen.cached_tokens, out.gen.cache_hit_stage_mask, out.gen.cache_record_stage_mask};
         ok = write(sse_event(stream_usage_chunk(job.meta, usage)));
     }
     ok = ok && write(std::string(sse_done));

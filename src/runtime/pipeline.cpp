@@ -113,8 +113,14 @@ result<generation_result> run_generation(pipeline_i & pipeline, int32_t lane, co
     SKIPPY_TRY(pipeline.prefill_prompt(lane, request.prompt, request.prefill_chunk_tokens, request.max_tokens > 0));
     out.cached_tokens = pipeline.cached_tokens(lane);
 
+    auto note_masks = [&] {
+        const pipeline_i::cache_stage_masks m = pipeline.cache_masks(lane);
+        out.cache_hit_stage_mask = m.hit;
+        out.cache_record_stage_mask = m.record;
+    };
     if (request.max_tokens == 0) {
         out.ttft_ms = out.total_ms = elapsed_ms(t_start);
+        note_masks();
         return out;
     }
     token_id current = request.prompt.back();
@@ -142,6 +148,7 @@ result<generation_result> run_generation(pipeline_i & pipeline, int32_t lane, co
     }
     if (out.tokens.empty() && out.ttft_ms == 0) out.ttft_ms = elapsed_ms(t_start);
     out.total_ms = elapsed_ms(t_start);
+    note_masks();
     return out;
 }
 

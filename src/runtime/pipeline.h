@@ -59,6 +59,14 @@ public:
     // After begin() prefill starts there; after the first decode it is final (a restore
     // that rode on that decode and missed was computed instead, and reads 0).
     virtual int64_t cached_tokens(int32_t lane) const { (void)lane; return 0; }
+
+    // Which stages of the chain restored (hit) and recorded for the lane's current
+    // request so far, bit i = stage i (the records end() makes come after).
+    struct cache_stage_masks {
+        uint64_t hit = 0;
+        uint64_t record = 0;
+    };
+    virtual cache_stage_masks cache_masks(int32_t lane) const { (void)lane; return {}; }
 };
 
 // A whole model in this process: one stage holding every layer, its lanes run by a
@@ -115,6 +123,8 @@ struct generation_result {
     std::vector<token_id> tokens;
     int64_t               prompt_tokens = 0;
     int64_t               cached_tokens = 0;
+    uint64_t              cache_hit_stage_mask = 0;     // pipeline_i::cache_masks at the last token
+    uint64_t              cache_record_stage_mask = 0;
     finish_reason         finish = finish_reason::length;
     double                ttft_ms = 0;
     double                total_ms = 0;

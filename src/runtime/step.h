@@ -95,6 +95,7 @@ struct step_item {
     int64_t                   pos_start = 0;
     std::span<const token_id> tokens;   // the tokens at [pos_start, +n)
     std::span<const float>    rows_in;  // stages after the first: [n, n_embd] from upstream
+    uint64_t                  request_id = 0;  // the message's id on the wire (for cache events; 0: none)
 
     // Set by the step.
     status   result;             // this item's failure (the other items go on)

@@ -104,6 +104,7 @@ void chain_pipeline::run_step(std::span<step_item> items) {
         lane_state & ls = *lanes_[static_cast<size_t>(it.lane)];
         std::lock_guard<std::mutex> lock(ls.failure_mutex);
         if (ls.batch_failure) it.result = *ls.batch_failure;  // its earlier steps were lost: do not compute on
+        it.request_id = ls.next_request_id++;  // the step entry's id, known to the cache events of the step
     }
     const auto t0 = clock::now();
     runner_.run(items, *sessions_);
@@ -115,7 +116,8 @@ void chain_pipeline::run_step(std::span<step_item> items) {
         lane_state & ls = *lanes_[static_cast<size_t>(it.lane)];
         cache::cache_counters counters = ls.session.step_counters;
         if (it.kind == step_kind::prefill) {
-            counters.merge(ls.session.cache().record_if_final(it.pos_start + static_cast<int64_t>(it.tokens.size()), false));
+            counters.merge(ls.session.cache().record_if_final(it.pos_start + static_cast<int64_t>(it.tokens.size()), false,
+                                                              {it.request_id, message_kind::prefill}));
         }
         add_cache_counters(ls.stats, counters);
         if (single_stage()) continue;
@@ -123,7 +125,7 @@ void chain_pipeline::run_step(std::span<step_item> items) {
         protocol::step_entry e;
         const protocol::request shape = make_request(ls, decode ? message_kind::decode : message_kind::prefill, it.pos_start);
         e.kind = shape.kind;
-        e.request_id = shape.request_id;
+        e.request_id = it.request_id;
         e.session_id = static_cast<uint64_t>(it.lane);
         e.pos_start = it.pos_start;
         e.state = shape.state;
@@ -452,16 +454,22 @@ void chain_pipeline::end(int32_t lane) {
     if (lane < 0 || lane >= n_lanes()) return;
     lane_state & ls = *lanes_[static_cast<size_t>(lane)];
     scheduler_->end(lane);
-    add_cache_counters(ls.stats, ls.session.cache().stop());
+    protocol::request stop = make_request(ls, message_kind::stop, 0);
+    add_cache_counters(ls.stats, ls.session.cache().stop({stop.request_id, stop.kind}));
     stage_->truncate_lane(lane, 0);
     ls.session.stop_sampling();
     if (single_stage() || ls.broken) return;
     protocol::reply reply;
-    status st = roundtrip(ls, make_request(ls, message_kind::stop, 0), reply);
+    status st = roundtrip(ls, std::move(stop), reply);
     if (!st.is_ok()) (void)fail_lane(lane, st);
 }
 
 int64_t chain_pipeline::cached_tokens(int32_t lane) const { return lanes_[static_cast<size_t>(lane)]->restore.restored(); }
+
+pipeline_i::cache_stage_masks chain_pipeline::cache_masks(int32_t lane) const {
+    const protocol::stats_block & s = lanes_[static_cast<size_t>(lane)]->stats;
+    return {s.kv_hit_stage_mask, s.kv_record_stage_mask};
+}
 
 protocol::stats_block chain_pipeline::last_stats(int32_t lane) const { return lanes_[static_cast<size_t>(lane)]->stats; }
 

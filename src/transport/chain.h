@@ -54,6 +54,7 @@ public:
     void end(int32_t lane) override;
     status prefill_prompt(int32_t lane, std::span<const token_id> prompt, int32_t chunk_tokens, bool decodes) override;
     int64_t cached_tokens(int32_t lane) const override;
+    cache_stage_masks cache_masks(int32_t lane) const override;
 
     // Stats merged along the chain for the lane's current (or last) request: cache hits
     // and records with their stage masks, compute maxima.

@@ -15,16 +15,18 @@ status chain_restore::begin(std::span<const token_id> prompt) {
     const std::span<const token_id> query = std::span<const token_id>(prompt_).first(static_cast<size_t>(restorable_max));
 
     if (one_stage_) {
-        const auto r = cache.restore(query, restorable_max, cache::lookup_kind::restore, true);
+        // No message travels: the id names the local restore in the decision event.
+        const protocol::request local = chain_.make_request(message_kind::restore_prefill, 0);
+        const auto r = cache.restore(query, restorable_max, cache::lookup_kind::restore, true, {local.request_id, local.kind});
         chain_.add_counters(r.counters);
         restored_ = r.restored_tokens;
         session_.track_tokens(0, query.first(static_cast<size_t>(restored_)));
         return status::ok();
     }
 
-    const int64_t local = cache.probe(query);
-    if (local < cache.min_tokens()) return status::ok();
     protocol::request probe = chain_.make_request(message_kind::probe_prefill, 0);
+    const int64_t local = cache.probe(query, {probe.request_id, probe.kind});
+    if (local < cache.min_tokens()) return status::ok();
     probe.tokens.assign(query.begin(), query.begin() + local);
     protocol::reply reply;
     SKIPPY_TRY(chain_.roundtrip(std::move(probe), reply));
@@ -45,9 +47,10 @@ status chain_restore::restore_everywhere(int64_t n) {
     protocol::reply reply;
     protocol::request restore = chain_.make_request(message_kind::try_restore_prefill, 0);
     restore.tokens.assign(query.begin(), query.end());
+    const cache_call call{restore.request_id, restore.kind};
     SKIPPY_TRY(chain_.roundtrip(std::move(restore), reply));
     if (reply.outcome != protocol::ack_outcome::hit) return status::ok();  // everyone below rolled back
-    const auto r = session_.cache().restore(query, n, cache::lookup_kind::try_restore, false);
+    const auto r = session_.cache().restore(query, n, cache::lookup_kind::try_restore, false, call);
     chain_.add_counters(r.counters);
     if (r.outcome == cache::lookup_outcome::hit && r.restored_tokens == n) {
         restored_ = n;
@@ -69,11 +72,12 @@ result<std::optional<int32_t>> chain_restore::decode(int64_t pos, token_id token
     deferred_ = false;
     const int64_t n = restored_;
     const std::span<const token_id> prefix = std::span<const token_id>(prompt_).first(static_cast<size_t>(n));
-    const auto r = session_.cache().restore(prefix, n, cache::lookup_kind::try_restore_decode, false);
+    protocol::request req = chain_.make_request(message_kind::try_restore_prefill_decode, 0);
+    const auto r = session_.cache().restore(prefix, n, cache::lookup_kind::try_restore_decode, false, {req.request_id, req.kind});
     chain_.add_counters(r.counters);
     if (r.outcome == cache::lookup_outcome::hit && r.restored_tokens == n && pos == n) {
         SKIPPY_TRY(compute_row());
-        protocol::request req = chain_.make_request(message_kind::try_restore_prefill_decode, 0);
+        session_.cache().note_prefill(n, std::span<const token_id>(&token, 1));
         req.tokens.assign(prefix.begin(), prefix.end());
         req.state.current_token = token;
         req.activation = session_.output_frame();

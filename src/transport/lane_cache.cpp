@@ -31,19 +31,21 @@ void lane_cache::reset() {
 bool lane_cache::lookups() const { return cache() && ns_ && mode_ == cache::cache_mode::lookup_record; }
 bool lane_cache::records() const { return cache() && ns_ && mode_ != cache::cache_mode::off; }
 
-int64_t lane_cache::probe(std::span<const token_id> tokens) {
+int64_t lane_cache::probe(std::span<const token_id> tokens, cache_call call) {
     if (!lookups()) return 0;
     cache::probe_request req;
     req.ns = *ns_;
     req.tokens = tokens;
     req.max_tokens = static_cast<int64_t>(tokens.size());
     req.session = lane_;
+    req.request_id = call.request_id;
+    req.message_kind = protocol::message_kind_name(call.kind);
     const cache::probe_result r = cache()->probe(req);
     return r.outcome == cache::lookup_outcome::miss ? 0 : r.restorable_tokens;
 }
 
 cache::restore_result lane_cache::restore(std::span<const token_id> tokens, int64_t max_tokens, cache::lookup_kind kind,
-                                          bool allow_short) {
+                                          bool allow_short, cache_call call) {
     if (!lookups()) return {};
     cache::restore_request req;
     req.ns = *ns_;
@@ -52,17 +54,21 @@ cache::restore_result lane_cache::restore(std::span<const token_id> tokens, int6
     req.max_tokens = max_tokens;
     req.kind = kind;
     req.allow_short = allow_short;
+    req.request_id = call.request_id;
+    req.message_kind = protocol::message_kind_name(call.kind);
     return cache()->restore(req);
 }
 
 bool lane_cache::restore_chunk_with_activation(std::span<const token_id> tokens, int32_t width, std::span<float> frame_out,
-                                               cache::cache_counters & counters) {
+                                               cache::cache_counters & counters, cache_call call) {
     if (!lookups()) return false;
     cache::activation_restore_request req;
     req.ns = *ns_;
     req.session = lane_;
     req.tokens = tokens;
     req.width = width;
+    req.request_id = call.request_id;
+    req.message_kind = protocol::message_kind_name(call.kind);
     cache::activation_restore_result r = cache()->restore_with_activation(req);
     counters.merge(r.kv.counters);
     const size_t want_bytes = tokens.size() * static_cast<size_t>(width) * sizeof(float);
@@ -90,18 +96,22 @@ void lane_cache::note_prefill(int64_t pos_start, std::span<const token_id> token
     if (records()) cache()->note_prefill(lane_, pos_start, tokens);
 }
 
-cache::cache_counters lane_cache::record_if_final(int64_t pos_end, bool prefill_final) {
+cache::cache_counters lane_cache::record_if_final(int64_t pos_end, bool prefill_final, cache_call call) {
     if (!records()) return {};
     // The last prompt token always runs through decode, so the prefill of a prompt of
     // n tokens ends at n - 1 (or at n for PrefillFinal, which samples itself).
     const int64_t prefill_end = prefill_final ? prompt_tokens_ : prompt_tokens_ - 1;
     if (pos_end != prefill_end) return {};
-    return cache()->record(*ns_, lane_, cache::record_reason::final_prefill).counters;
+    return cache()->record(cache::record_request{*ns_, lane_, cache::record_reason::final_prefill, call.request_id,
+                                                 protocol::message_kind_name(call.kind)}).counters;
 }
 
-cache::cache_counters lane_cache::stop() {
+cache::cache_counters lane_cache::stop(cache_call call) {
     cache::cache_counters c;
-    if (records()) c = cache()->record(*ns_, lane_, cache::record_reason::stop).counters;
+    if (records()) {
+        c = cache()->record(cache::record_request{*ns_, lane_, cache::record_reason::stop, call.request_id,
+                                                  protocol::message_kind_name(call.kind)}).counters;
+    }
     reset();
     return c;
 }

@@ -4,6 +4,7 @@
 // cache off) every call is a cheap no-op that reports nothing.
 #pragma once
 
+#include "protocol/protocol.h"
 #include "runtime/stage.h"
 #include "transport/stage_cache_host.h"
 
@@ -12,6 +13,13 @@
 #include <string>
 
 namespace skippy::transport {
+
+// The message a cache call serves, for its decision event (skippy.kv.request_id,
+// skippy.kv.message_kind): the lane's request id on the wire and the message kind.
+struct cache_call {
+    uint64_t               request_id = 0;
+    protocol::message_kind kind = protocol::message_kind::prefill;
+};
 
 class lane_cache {
 public:
@@ -27,25 +35,29 @@ public:
     int64_t min_tokens() const { return host_ ? host_->min_tokens() : 0; }
 
     // Tokens of `tokens` this stage could restore now (0 when below min_tokens).
-    int64_t probe(std::span<const token_id> tokens);
+    int64_t probe(std::span<const token_id> tokens, cache_call call);
 
     // Restores a cached prefix of `tokens` into the lane (see stage_cache::restore).
-    cache::restore_result restore(std::span<const token_id> tokens, int64_t max_tokens, cache::lookup_kind kind, bool allow_short);
+    cache::restore_result restore(std::span<const token_id> tokens, int64_t max_tokens, cache::lookup_kind kind, bool allow_short,
+                                  cache_call call);
 
     // In-band on a Prefill at position 0: the forwarded frame and KV of the whole chunk.
     // On a hit, `frame_out` (tokens.size() * width floats) holds the chunk's output rows
     // and the KV is in place.
     bool restore_chunk_with_activation(std::span<const token_id> tokens, int32_t width, std::span<float> frame_out,
-                                       cache::cache_counters & counters);
+                                       cache::cache_counters & counters, cache_call call);
     void record_activation(std::span<const token_id> tokens, int32_t width, std::span<const float> frame);
 
     void rollback();
+    // Tokens whose KV the lane now holds: a prefilled chunk or a decoded token.
     void note_prefill(int64_t pos_start, std::span<const token_id> tokens);
     // After a prefilled chunk ending at `pos_end`: records the accumulated prompt when
     // the chunk was the prompt's last prefill chunk. Returns the counters to report.
-    cache::cache_counters record_if_final(int64_t pos_end, bool prefill_final);
-    // At Stop: records what was added since the last record, then resets.
-    cache::cache_counters stop();
+    cache::cache_counters record_if_final(int64_t pos_end, bool prefill_final, cache_call call);
+    // At Stop (the generation ended: stop, length or cancel): records the prompt and
+    // every decoded token added since the last record, so the conversation's next turn
+    // restores the answer too; then resets.
+    cache::cache_counters stop(cache_call call);
 
 private:
     cache::stage_cache * cache() const { return host_ ? host_->cache() : nullptr; }

@@ -13,16 +13,18 @@ result<token_id> lane_session::sample_last_row() {
 }
 
 lane_session::chunk_lookup lane_session::lookup_chunk(int64_t pos_start, std::span<const token_id> tokens, bool prefill_final,
-                                                      std::span<float> out, cache::cache_counters & counters) {
+                                                      std::span<float> out, cache::cache_counters & counters,
+                                                      uint64_t request_id) {
     chunk_lookup found;
     if (pos_start != 0 || !cache_.lookups()) return found;
     const int64_t n = static_cast<int64_t>(tokens.size());
+    const cache_call call{request_id, prefill_final ? protocol::message_kind::prefill_final : protocol::message_kind::prefill};
     if (!stage_.is_last()) {
-        found.from_cache = cache_.restore_chunk_with_activation(tokens, n_embd_, out, counters);
+        found.from_cache = cache_.restore_chunk_with_activation(tokens, n_embd_, out, counters, call);
         found.restored = found.from_cache ? n : 0;
         return found;
     }
-    const auto r = cache_.restore(tokens, prefill_final ? n - 1 : n, cache::lookup_kind::in_band, true);
+    const auto r = cache_.restore(tokens, prefill_final ? n - 1 : n, cache::lookup_kind::in_band, true, call);
     counters.merge(r.counters);
     found.restored = r.restored_tokens;
     return found;
@@ -63,13 +65,18 @@ void session_lanes::before(step_item & item, std::span<float> out) {
     lane_session & s = *sessions_(item.lane);
     s.step_counters = {};
     if (!in_band_ || item.kind == step_kind::decode) return;
-    const auto found = s.lookup_chunk(item.pos_start, item.tokens, item.kind == step_kind::prefill_final, out, s.step_counters);
+    const auto found =
+        s.lookup_chunk(item.pos_start, item.tokens, item.kind == step_kind::prefill_final, out, s.step_counters, item.request_id);
     item.from_cache = found.from_cache;
     item.restored = found.restored;
 }
 
 void session_lanes::after(const step_item & item, std::span<const float> out) {
-    if (item.kind == step_kind::decode) return;
+    if (item.kind == step_kind::decode) {
+        // A decoded token's KV is now held too: the record at Stop covers the answer.
+        sessions_(item.lane)->cache().note_prefill(item.pos_start, item.tokens);
+        return;
+    }
     const size_t skip = static_cast<size_t>(item.restored);
     const size_t n_embd = out.size() / item.tokens.size();
     sessions_(item.lane)->note_computed(item.pos_start + item.restored, item.tokens.subspan(skip), out.subspan(skip * n_embd));

@@ -67,7 +67,7 @@ public:
     // holds (for PrefillFinal, all but the last token, which must be computed to
     // sample). Anywhere but position 0, or with lookups off, nothing.
     chunk_lookup lookup_chunk(int64_t pos_start, std::span<const token_id> tokens, bool prefill_final, std::span<float> out,
-                              cache::cache_counters & counters);
+                              cache::cache_counters & counters, uint64_t request_id = 0);
     // After prompt tokens [pos_start, +n) were computed into `rows`: notes them for the
     // record and, on a non-final stage at position 0, records the frame it forwards.
     void note_computed(int64_t pos_start, std::span<const token_id> tokens, std::span<const float> rows);

@@ -153,7 +153,7 @@ status stage_server::lane_worker::handle(protocol::request & req) {
                 // the prefill stats the final stage holds for its reply: they go here.
                 if (is_final_) ack.stats = protocol::merge_stats(ack.stats, session_.pending_stats);
                 session_.pending_stats = {};
-                add_cache_counters(ack.stats, session_.cache().stop());
+                add_cache_counters(ack.stats, session_.cache().stop({req.request_id, req.kind}));
                 stage_.truncate_lane(lane_, 0);
                 session_.stop_sampling();
                 slot_.configured = false;
@@ -205,6 +205,7 @@ status stage_server::lane_worker::handle_streamed(protocol::request & req) {
     SKIPPY_TRY(check_activation(req, n));
     step_item it;
     it.lane = lane_;
+    it.request_id = req.request_id;
     it.kind = step_kind_of(req.kind);
     it.pos_start = req.pos_start;
     it.tokens = req.tokens;
@@ -216,7 +217,7 @@ status stage_server::lane_worker::handle_streamed(protocol::request & req) {
     if (it.n_computed() > 0) local.max_queue_us = measured_us_since(received_at_);
     cache::cache_counters counters = session_.step_counters;
     if (it.kind != step_kind::decode) {
-        counters.merge(session_.cache().record_if_final(req.pos_start + n, it.kind == step_kind::prefill_final));
+        counters.merge(session_.cache().record_if_final(req.pos_start + n, it.kind == step_kind::prefill_final, {req.request_id, req.kind}));
     }
     local.max_compute_us = micros_since(t0);
     add_cache_counters(local, counters);
@@ -278,7 +279,7 @@ status stage_server::lane_worker::handle_configure(const protocol::request & req
 
 status stage_server::lane_worker::handle_probe(const protocol::request & req, protocol::reply & ack) {
     lane_cache & cache = session_.cache();
-    int64_t restorable = cache.probe(req.tokens);
+    int64_t restorable = cache.probe(req.tokens, {req.request_id, req.kind});
     if (!is_final_ && restorable > 0) {
         protocol::request fwd = req;
         fwd.tokens.resize(static_cast<size_t>(restorable));
@@ -300,7 +301,8 @@ status stage_server::lane_worker::handle_try_restore(const protocol::request & r
     lane_cache & cache = session_.cache();
     const bool try_kind = req.kind == message_kind::try_restore_prefill;
     const int64_t n = static_cast<int64_t>(req.tokens.size());
-    const auto r = cache.restore(req.tokens, n, try_kind ? cache::lookup_kind::try_restore : cache::lookup_kind::restore, false);
+    const auto r = cache.restore(req.tokens, n, try_kind ? cache::lookup_kind::try_restore : cache::lookup_kind::restore, false,
+                                 {req.request_id, req.kind});
     add_cache_counters(ack.stats, r.counters);
     const bool hit = r.outcome == cache::lookup_outcome::hit && r.restored_tokens == n;
     if (hit) session_.track_tokens(0, req.tokens);
@@ -327,7 +329,7 @@ status stage_server::lane_worker::handle_try_restore_decode(protocol::request & 
     if (is_final_ && !session_.sampling()) return make_error(error_code::invalid_data, "TryRestorePrefillDecode before ConfigureGeneration");
     lane_cache & cache = session_.cache();
     const int64_t n = static_cast<int64_t>(req.tokens.size());
-    const auto r = cache.restore(req.tokens, n, cache::lookup_kind::try_restore_decode, false);
+    const auto r = cache.restore(req.tokens, n, cache::lookup_kind::try_restore_decode, false, {req.request_id, req.kind});
     add_cache_counters(out.stats, r.counters);
     if (r.outcome != cache::lookup_outcome::hit || r.restored_tokens != n) {
         out.outcome = to_ack_outcome(r.outcome == cache::lookup_outcome::hit ? cache::lookup_outcome::short_ : r.outcome);
@@ -339,6 +341,7 @@ status stage_server::lane_worker::handle_try_restore_decode(protocol::request & 
     out.stats.max_queue_us = measured_us_since(received_at_);
     SKIPPY_TRY(session_.compute(req.pos_start + n, one, req.activation->values));
     out.stats.max_compute_us = micros_since(t0);
+    cache.note_prefill(req.pos_start + n, one);
     if (is_final_) {
         session_.track_tokens(0, req.tokens);
         session_.track_tokens(n, one);
@@ -592,6 +595,7 @@ status stage_server::run_step(protocol::step_frame & step, clock::time_point rec
         if (live) {
             step_item it;
             it.lane = static_cast<int32_t>(e.session_id);
+            it.request_id = e.request_id;
             it.kind = step_kind_of(e.kind);
             it.pos_start = e.pos_start;
             it.tokens = e.tokens;
@@ -628,7 +632,7 @@ status stage_server::run_step(protocol::step_frame & step, clock::time_point rec
         cache::cache_counters counters = session.step_counters;
         if (it.kind != step_kind::decode) {
             counters.merge(session.cache().record_if_final(it.pos_start + static_cast<int64_t>(it.tokens.size()),
-                                                           it.kind == step_kind::prefill_final));
+                                                           it.kind == step_kind::prefill_final, {e.request_id, e.kind}));
         }
         local.max_compute_us = compute_us;
         add_cache_counters(local, counters);

@@ -84,6 +84,11 @@ TEST_F(cli_cache, ASecondProcessRestoresFromDiskWithIdenticalTokens) {
     ASSERT_EQ(second.size(), 2u);
     // The first prompt of the new process: nothing in memory, restored from disk.
     EXPECT_GT(second[0]["cached_tokens"].get<int>(), 32) << second_run.err;
+    // --json names the stages that restored and recorded (bit i = stage i).
+    EXPECT_EQ(second[0]["kv_hit_stage_mask"], 3) << "both stages restored from their own directory";
+    EXPECT_EQ(first[0]["kv_hit_stage_mask"], 0);
+    EXPECT_EQ(first[0]["kv_record_stage_mask"], 3) << "both stages recorded the cold prompt";
+    EXPECT_EQ(cold[0]["kv_record_stage_mask"], 0) << "--kv-cache off records nothing";
     for (size_t i = 0; i < 2; ++i) {
         EXPECT_EQ(second[i]["tokens"], first[i]["tokens"]) << "prompt " << i;
         EXPECT_EQ(second[i]["tokens"], cold[i]["tokens"]) << "prompt " << i << ": the cache never changes tokens";

@@ -42,14 +42,16 @@ TEST(cli_flags, KvCacheDemoteMapsOntoTheStageCacheConfig) {
 
 // A resident entry whose exact-state record was skipped (worker busy) is evicted: with
 // demotion on it is exported and a later request restores it from the exact tier; with
-// demotion off it is gone and the request computes everything.
+// demotion off it is gone and the request computes everything. The entry is b plus the
+// answer's computed tokens (the record at Stop), so the later request is the next turn
+// of that conversation: b, the answer, more.
 TEST(cli_flags, KvCacheDemoteOffKeepsEvictedEntriesOutOfTheExactTier) {
     synthetic_model_options mo;
     mo.n_embd = 128; mo.n_layer = 2; mo.n_head = 4; mo.n_head_kv = 2; mo.n_ff = 256; mo.n_vocab = 300; mo.type = "Q8_0";
     auto file = synthetic_model(mo);
     ASSERT_NE(file, nullptr);
     const auto a = tokens_of(70, 1), b = tokens_of(70, 2);
-    std::vector<token_id> want;
+    std::vector<token_id> want, want_next;
     for (const char * demote : {"on", "off"}) {
         auto flags = parse({"--kv-cache-demote", demote, "--ctx-size", "128", "-t", "1"});
         ASSERT_NE(flags, nullptr);
@@ -77,16 +79,20 @@ TEST(cli_flags, KvCacheDemoteOffKeepsEvictedEntriesOutOfTheExactTier) {
         release.set_value();
         c->wait_for_records();
         c->set_record_hook_for_testing(nullptr);
-        EXPECT_EQ(sink->count("skippy.exact_cache.record", "skipped_busy"), 1) << demote;
-        forget_resident(*c);  // evicts a and b: b is demoted only with demotion on
+        // a's record at Stop, b's after its prompt and at Stop.
+        EXPECT_EQ(sink->count("skippy.exact_cache.record", "skipped_busy"), 3) << demote;
+        forget_resident(*c);  // evicts a and b (with their answers): demoted only with demotion on
 
-        const auto again = run_turn(p, b, 4);
-        EXPECT_EQ(again.tokens, cold_b.tokens) << demote;
+        const std::vector<token_id> next = concat(concat(b, cold_b.tokens), tokens_of(5, 3));
+        const auto again = run_turn(p, next, 4);
         if (want.empty()) want = cold_b.tokens;
+        if (want_next.empty()) want_next = again.tokens;
         EXPECT_EQ(cold_b.tokens, want) << "demotion changes no output";
+        EXPECT_EQ(again.tokens, want_next) << "demotion changes no output";
         if (std::string(demote) == "on") {
-            EXPECT_EQ(c->stats().n_demotions, 1);
-            EXPECT_EQ(again.cached, static_cast<int64_t>(b.size()) - 1) << "restored from the exact-state tier";
+            EXPECT_EQ(c->stats().n_demotions, 2) << "a and b with their answers: the exact tier had neither";
+            EXPECT_EQ(again.cached, static_cast<int64_t>(b.size() + cold_b.tokens.size()) - 1)
+                << "restored from the exact-state tier: b and the answer but its last token";
             EXPECT_GT(sink->count("skippy.kv.tier", "exact_state"), 0);
         } else {
             EXPECT_EQ(c->stats().n_demotions, 0);

@@ -471,7 +471,8 @@ protected:
 };
 
 TEST_F(cli_prompts, OneJsonLinePerPromptAndTheCacheChangesNoToken) {
-    const std::set<std::string> want_keys = {"index", "text", "tokens", "prompt_tokens", "cached_tokens", "ttft_ms", "total_ms"};
+    const std::set<std::string> want_keys = {"index",         "text",    "tokens",  "prompt_tokens",    "cached_tokens",
+                                             "ttft_ms",       "total_ms", "kv_hit_stage_mask", "kv_record_stage_mask"};
     for (const char * stages : {"1", "2"}) {
         const auto off = run({"--stages", stages, "--kv-cache", "off"});
         const auto on = run({"--stages", stages});

@@ -325,7 +325,9 @@ TEST_P(cache_paths, FinalStageRestoresPartOfAChunkAndComputesTheRest) {
     EXPECT_EQ(got.cached, 0);
     EXPECT_EQ(c.sink->count_decision(last, "resident_hit"), 1);
     EXPECT_EQ(c.sink->first_int(last, "resident_hit", "skippy.kv.query_tokens"), 70);
-    EXPECT_EQ(c.sink->first_int(last, "resident_hit", "skippy.kv.restored_tokens"), 59) << "the recorded prefix, not the chunk";
+    // The recorded prefix, not the chunk: all of base, whose last token ran through
+    // decode and was recorded at Stop with the answer.
+    EXPECT_EQ(c.sink->first_int(last, "resident_hit", "skippy.kv.restored_tokens"), 60) << "the recorded prefix, not the chunk";
     EXPECT_EQ(got.stats.kv_hit_stage_mask & (uint64_t(1) << last), uint64_t(1) << last);
     EXPECT_GE(got.stats.kv_imported_tokens, 59u);
     // It recorded the whole prompt it now holds, partly restored and partly computed.
@@ -577,8 +579,9 @@ TEST_P(cache_restore_prefill, RestoresAPrefixOnEveryServer) {
 
 INSTANTIATE_TEST_SUITE_P(stages, cache_restore_prefill, ::testing::Values(2, 3));
 
-// Counters merge hop by hop: a cold request records one resident page on every
-// stage, each counted once (stage 0's own counters once, not again via the reply).
+// Counters merge hop by hop: a cold request records two resident pages on every stage
+// (the prompt after its final chunk, prompt + answer at Stop), each counted once
+// (stage 0's own counters once, not again via the reply).
 TEST(cache_stats, EveryStageCountsItsRecordOnce) {
     auto file = model("llama", "Q8_0");
     for (int32_t n_stages : {1, 2, 3}) {
@@ -588,7 +591,7 @@ TEST(cache_stats, EveryStageCountsItsRecordOnce) {
         ASSERT_NE(p, nullptr);
         const auto cold = run_turn(*p, tokens_of(40, 6), 4);
         const uint64_t all_stages = (uint64_t(1) << n_stages) - 1;
-        EXPECT_EQ(cold.stats.kv_recorded_pages, static_cast<uint64_t>(n_stages)) << n_stages << " stages";
+        EXPECT_EQ(cold.stats.kv_recorded_pages, static_cast<uint64_t>(2 * n_stages)) << n_stages << " stages";
         EXPECT_EQ(cold.stats.kv_record_stage_mask, all_stages) << n_stages << " stages";
         EXPECT_EQ(cold.stats.kv_lookup_hits, 0u);
         wait_for_records(*p);

@@ -297,7 +297,9 @@ inline void expect_scenario_exact(transport::chain_pipeline & cold, transport::c
     EXPECT_EQ(got[1].stats.kv_hit_stage_mask, all_stages);
     EXPECT_EQ(got[2].cached, 45) << "the shared part of a diverging prompt";
     EXPECT_EQ(got[2].stats.kv_hit_stage_mask, all_stages);
-    EXPECT_EQ(got[3].cached, 59) << "multi-turn growth restores the previous prompt";
+    // The record at Stop holds the answer too, but its last token (sampled, never fed).
+    EXPECT_EQ(got[3].cached, static_cast<int64_t>(60 + got[1].tokens.size()) - 1)
+        << "multi-turn growth restores the previous prompt and answer";
     EXPECT_EQ(got[4].cached, 29) << "a shorter query is served by a longer entry";
     EXPECT_GE(got[5].cached, got[3].cached) << "a longer query restores the longest recorded prefix";
     EXPECT_EQ(got[6].cached, 0);

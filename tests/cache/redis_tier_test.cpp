@@ -266,6 +266,9 @@ TEST_F(redis_fixture, ValuesWithAWrongLengthOrChecksumAreNeverServed) {
     EXPECT_EQ(b.sink->last(lookup_event_name, "skippy.kv.error_class"), "invalid_data");
     EXPECT_EQ(b.backend.n_imports(), 0) << "nothing from Redis reached the pool";
     EXPECT_EQ(raw({"EXISTS", key})[0].integer, 0) << "the bad value was deleted";
+    // b computed the prompt and publishes its own pages in the background; wait for that,
+    // or it may overwrite the value tampered with below (the test's race, not the tier's).
+    b.cache->wait_for_records();
 
     // Wrong checksum: one payload bit flipped.
     std::string flipped = value;
@@ -276,6 +279,7 @@ TEST_F(redis_fixture, ValuesWithAWrongLengthOrChecksumAreNeverServed) {
     EXPECT_EQ(b.sink->last(lookup_event_name, "skippy.kv.error_class"), "integrity");
     EXPECT_EQ(b.backend.n_imports(), 0);
     EXPECT_EQ(b.cache->stats().redis.n_bad_values, 2);
+    b.cache->wait_for_records();
 
     // Not a page record at all, under a key of the chain.
     raw({"SET", key, "hello"});

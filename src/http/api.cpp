@@ -1,6 +1,7 @@
 #include "http/api.h"
 
 #include "grammar/grammar.h"
+#include "tokenizer/tokenizer.h"
 
 #include <nlohmann/json.hpp>
 
@@ -423,6 +424,28 @@ json parse_body(std::string_view body, std::string & duplicate_bias_key) {
     return json::parse(body, note, /*allow_exceptions=*/false);
 }
 
+// Chat: logprobs (boolean) and top_logprobs (0..20, only with logprobs: true);
+// completions: logprobs (0..20, llama-server's bound rather than OpenAI's 5).
+std::optional<api_error> read_logprobs(const json & body, endpoint kind, completion_request & out) {
+    constexpr int64_t max_top = sampling_bounds::max_logprobs;
+    std::optional<int64_t> n;
+    if (kind == endpoint::chat_completions) {
+        std::optional<bool> on;
+        if (auto e = read_bool(body, "logprobs", on)) return e;
+        if (auto e = read_int(body, "top_logprobs", 0, max_top, n)) return e;
+        if (n && *n > 0 && !on.value_or(false)) return bad("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+        if (!on.value_or(false)) return std::nullopt;
+        out.top_logprobs = static_cast<int32_t>(n.value_or(0));
+    } else {
+        if (const json * l = field(body, "logprobs"); l && l->is_boolean()) return bad_type("logprobs", "an integer");
+        if (auto e = read_int(body, "logprobs", 0, max_top, n)) return e;
+        if (!n) return std::nullopt;
+        out.top_logprobs = static_cast<int32_t>(*n);
+    }
+    out.sampling.n_logprobs = std::max<int32_t>(out.top_logprobs, 1);
+    return std::nullopt;
+}
+
 // Options we do not implement: accepted only at their "off" value.
 std::optional<api_error> refuse_unsupported(const json & body, endpoint kind) {
     if (const json * n = field(body, "n")) {
@@ -434,13 +457,6 @@ std::optional<api_error> refuse_unsupported(const json & body, endpoint kind) {
     if (const json * e = field(body, "echo")) {
         if (!e->is_boolean()) return bad_type("echo", "a boolean");
         if (e->get<bool>()) return unsupported("echo is not supported", "echo");
-    }
-    if (const json * l = field(body, "logprobs")) {
-        const bool off = (l->is_boolean() && !l->get<bool>()) || (kind == endpoint::completions && l->is_number_integer() && l->get<int64_t>() == 0);
-        if (!off) return unsupported("logprobs are not supported", "logprobs");
-    }
-    if (const json * t = field(body, "top_logprobs")) {
-        if (!t->is_number_integer() || t->get<int64_t>() != 0) return unsupported("top_logprobs are not supported", "top_logprobs");
     }
     if (const json * s = field(body, "suffix")) {
         if (!s->is_string() || !s->get<std::string>().empty()) return unsupported("suffix is not supported", "suffix");
@@ -612,6 +628,7 @@ std::optional<api_error> parse_request(std::string_view body, endpoint kind, con
     }
     if (auto e = refuse_unsupported(j, kind)) return e;
     if (auto e = read_constraint(j, body, out)) return e;
+    if (auto e = read_logprobs(j, kind, out)) return e;
 
     std::optional<int64_t> max_tokens, max_completion_tokens, top_k;
     if (auto e = read_int(j, "max_tokens", 0, limits.ctx_size, max_tokens)) return e;
@@ -694,8 +711,59 @@ std::string make_response_id(endpoint kind) {
     return buf;
 }
 
+namespace {
+
+ojson byte_values(const std::string & piece) {
+    ojson out = ojson::array();
+    for (unsigned char c : piece) out.push_back(static_cast<int>(c));
+    return out;
+}
+
+// OpenAI's shapes: chat {content: [{token, logprob, bytes, top_logprobs: [...]}],
+// refusal}; completions {tokens, token_logprobs, top_logprobs: [{piece: lp}], text_offset}.
+ojson logprobs_json(endpoint kind, const logprobs_out & lp) {
+    if (kind == endpoint::chat_completions) {
+        ojson content = ojson::array();
+        for (const logprob_item & it : lp.items) {
+            ojson top = ojson::array();
+            for (size_t i = 0; i < it.top.size() && i < static_cast<size_t>(lp.n_top); ++i) {
+                top.push_back(ojson{{"token", sanitize_utf8(it.top[i].first)}, {"logprob", it.top[i].second},
+                                    {"bytes", byte_values(it.top[i].first)}});
+            }
+            content.push_back(ojson{{"token", sanitize_utf8(it.piece)}, {"logprob", it.logprob}, {"bytes", byte_values(it.piece)},
+                                    {"top_logprobs", std::move(top)}});
+        }
+        return ojson{{"content", std::move(content)}, {"refusal", nullptr}};
+    }
+    ojson tokens = ojson::array(), values = ojson::array(), tops = ojson::array(), offsets = ojson::array();
+    size_t offset = lp.text_offset;
+    for (const logprob_item & it : lp.items) {
+        tokens.push_back(sanitize_utf8(it.piece));
+        values.push_back(it.logprob);
+        ojson top = ojson::object();
+        // Two alternatives of the same text (as shown: pieces of split characters all
+        // show U+FFFD): the likelier one stands for both.
+        for (size_t i = 0; i < it.top.size() && i < static_cast<size_t>(lp.n_top); ++i) {
+            const std::string key = sanitize_utf8(it.top[i].first);
+            if (!top.contains(key)) top[key] = it.top[i].second;
+        }
+        tops.push_back(std::move(top));
+        offsets.push_back(offset);
+        offset += it.piece.size();
+    }
+    return ojson{{"tokens", std::move(tokens)}, {"token_logprobs", std::move(values)}, {"top_logprobs", std::move(tops)},
+                 {"text_offset", std::move(offsets)}};
+}
+
+ojson logprobs_or_null(endpoint kind, const logprobs_out * lp) {
+    if (!lp || lp->items.empty()) return nullptr;
+    return logprobs_json(kind, *lp);
+}
+
+}  // namespace
+
 std::string completion_body(const response_meta & meta, std::string_view text, std::string_view finish_reason,
-                            const usage_numbers & usage, const chat::parsed_output * reply) {
+                            const usage_numbers & usage, const chat::parsed_output * reply, const logprobs_out * logprobs) {
     ojson j = head_json(meta, false);
     ojson choice;
     choice["index"] = 0;
@@ -711,7 +779,8 @@ std::string completion_body(const response_meta & meta, std::string_view text, s
     } else {
         choice["text"] = std::string(text);
     }
-    choice["logprobs"] = nullptr;
+    // Asked for but nothing generated: an empty list, not null.
+    choice["logprobs"] = logprobs ? logprobs_json(meta.kind, *logprobs) : ojson(nullptr);
     choice["finish_reason"] = std::string(finish_reason);
     j["choices"] = ojson::array({std::move(choice)});
     j["usage"] = usage_json(usage);
@@ -719,7 +788,7 @@ std::string completion_body(const response_meta & meta, std::string_view text, s
 }
 
 std::string stream_chunk(const response_meta & meta, std::string_view text, bool first, std::string_view finish_reason,
-                         bool usage_null) {
+                         bool usage_null, const logprobs_out * logprobs) {
     ojson j = head_json(meta, true);
     ojson choice;
     choice["index"] = 0;
@@ -731,21 +800,22 @@ std::string stream_chunk(const response_meta & meta, std::string_view text, bool
     } else {
         choice["text"] = std::string(text);
     }
-    choice["logprobs"] = nullptr;
+    choice["logprobs"] = logprobs_or_null(meta.kind, logprobs);
     choice["finish_reason"] = finish_reason.empty() ? ojson(nullptr) : ojson(std::string(finish_reason));
     j["choices"] = ojson::array({std::move(choice)});
     if (usage_null) j["usage"] = nullptr;
     return dump(j);
 }
 
-std::vector<std::string> stream_delta_chunks(const response_meta & meta, const chat::output_delta & delta, bool usage_null) {
+std::vector<std::string> stream_delta_chunks(const response_meta & meta, const chat::output_delta & delta, bool usage_null,
+                                             const logprobs_out * logprobs) {
     std::vector<std::string> out;
     auto chunk = [&](ojson d) {
         ojson j = head_json(meta, true);
         ojson choice;
         choice["index"] = 0;
         choice["delta"] = std::move(d);
-        choice["logprobs"] = nullptr;
+        choice["logprobs"] = out.empty() ? logprobs_or_null(meta.kind, logprobs) : ojson(nullptr);
         choice["finish_reason"] = nullptr;
         j["choices"] = ojson::array({std::move(choice)});
         if (usage_null) j["usage"] = nullptr;

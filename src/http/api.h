@@ -69,10 +69,28 @@ struct completion_request {
     bool                      stream = false;
     bool                      include_usage = false;  // stream_options.include_usage
     std::string               cache_key;              // prompt_cache_key ("" when absent)
+    // Log-probabilities: -1 none; else each token's, with this many alternatives (chat
+    // logprobs: true + top_logprobs; completions logprobs: N). sampling.n_logprobs is
+    // then max(1, top_logprobs): the final stage always sends at least the best one.
+    int32_t                   top_logprobs = -1;
+};
+
+// One generated token's logprobs as a response shows them.
+struct logprob_item {
+    std::string piece;    // the token's bytes (maybe part of a UTF-8 character)
+    float       logprob = 0.0f;
+    std::vector<std::pair<std::string, float>> top;  // the alternatives' pieces, best first
+};
+
+// The logprobs of the tokens one body or chunk carries.
+struct logprobs_out {
+    int32_t                   n_top = 0;        // alternatives shown per token (completion_request::top_logprobs)
+    std::vector<logprob_item> items;
+    size_t                    text_offset = 0;  // completions: where items[0]'s piece starts in the output
 };
 
 // Parses and validates a request body. Malformed JSON, a non-object body, a wrong type,
-// an out-of-range value or an unsupported option (n != 1, logprobs, echo, ...)
+// an out-of-range value or an unsupported option (n != 1, echo, suffix, ...)
 // is a 400 error naming the field in `param`. Unknown fields are ignored, as most
 // OpenAI-compatible servers do. Sampling ranges are sampling_bounds (runtime/sampler.h)
 // and the wire's limits (logit_bias entries, prompt_cache_key), so that whatever this
@@ -105,20 +123,25 @@ std::string make_response_id(endpoint kind);
 // The non-streaming response body (chat.completion or text_completion object). For chat,
 // `reply` (when given) is the output read as content, reasoning_content and tool_calls
 // (content null when there are only calls); else `text` is the content.
+// With `logprobs`, choices[0].logprobs holds them (docs/http-api.md, "Log-probabilities").
 std::string completion_body(const response_meta & meta, std::string_view text, std::string_view finish_reason,
-                            const usage_numbers & usage, const chat::parsed_output * reply = nullptr);
+                            const usage_numbers & usage, const chat::parsed_output * reply = nullptr,
+                            const logprobs_out * logprobs = nullptr);
 
 // One streaming chunk (chat.completion.chunk or text_completion) as JSON.
 //   first: chat only, the delta carries "role": "assistant" (OpenAI's opening chunk).
 //   finish_reason: "" while generating, else the reason (the chunk's text is then "").
 //   usage_null: the client asked for usage, so every ordinary chunk says "usage": null.
+//   logprobs: when given and not empty, the chunk's choices[0].logprobs.
 std::string stream_chunk(const response_meta & meta, std::string_view text, bool first, std::string_view finish_reason,
-                         bool usage_null);
+                         bool usage_null, const logprobs_out * logprobs = nullptr);
 
 // The chat chunks of a parsed piece of output: one for its reasoning_content, one for
 // its content, and two per tool call (index, id, type and name with empty arguments;
 // then the arguments), as OpenAI streams them. None when the delta is empty.
-std::vector<std::string> stream_delta_chunks(const response_meta & meta, const chat::output_delta & delta, bool usage_null);
+// `logprobs` (when given and not empty) go with the first chunk.
+std::vector<std::string> stream_delta_chunks(const response_meta & meta, const chat::output_delta & delta, bool usage_null,
+                                             const logprobs_out * logprobs = nullptr);
 
 // The closing usage chunk of stream_options.include_usage: "choices": [] and "usage".
 std::string stream_usage_chunk(const response_meta & meta, const usage_numbers & usage);

@@ -261,7 +261,8 @@ struct http_server::impl {
     std::optional<api_error> tokenize_prompt(const completion_request & cr, std::vector<token_id> & out,
                                              chat::output_format & format, std::string & tool_grammar) const;
     void handle_tokenize(const http_request & req, response_channel & ch, bool detokenize);
-    run_outcome run(generation_job & job, const std::function<bool(std::string_view)> & emit);
+    // `logprobs` (when the request asked for them) receives each generated token's.
+    run_outcome run(generation_job & job, const std::function<bool(std::string_view)> & emit, logprobs_out * logprobs);
     void finish_non_streaming(generation_job & job);
     void stream(generation_job & job);
     void record(const generation_job & job, const run_outcome & out, bool stream);
@@ -464,7 +465,7 @@ void http_server::impl::handle_generation(const http_request & req, const channe
     job->lease.release();
 }
 
-run_outcome http_server::impl::run(generation_job & job, const std::function<bool(std::string_view)> & emit) {
+run_outcome http_server::impl::run(generation_job & job, const std::function<bool(std::string_view)> & emit, logprobs_out * logprobs) {
     const completion_request & cr = job.request;
     generation_request gr;
     gr.prompt = job.prompt;
@@ -489,6 +490,16 @@ run_outcome http_server::impl::run(generation_job & job, const std::function<boo
         if (canned.empty()) gr.max_tokens = 0;
     }
 
+    if (logprobs && cr.top_logprobs >= 0) {
+        logprobs->n_top = cr.top_logprobs;
+        gr.on_logprobs = [&](token_id id, const token_logprobs & lp) {
+            logprob_item item;
+            item.piece = tok.token_to_piece(id);
+            item.logprob = lp.sampled;
+            for (const token_logprob & e : lp.top) item.top.emplace_back(tok.token_to_piece(e.id), e.logprob);
+            logprobs->items.push_back(std::move(item));
+        };
+    }
     stop_text_stream text(cr.stop);
     run_outcome out;
     std::optional<clock::time_point> last_token;
@@ -534,10 +545,12 @@ run_outcome http_server::impl::run(generation_job & job, const std::function<boo
 
 void http_server::impl::finish_non_streaming(generation_job & job) {
     std::string text;
+    logprobs_out logprobs;
     run_outcome out = run(job, [&](std::string_view piece) {
         text.append(piece);
         return true;
-    });
+    }, &logprobs);
+    const logprobs_out * lp = job.request.top_logprobs >= 0 ? &logprobs : nullptr;
     record(job, out, false);
     response_channel & ch = *job.client;
     if (out.error) return send_error(ch, *out.error);
@@ -548,11 +561,11 @@ void http_server::impl::finish_non_streaming(generation_job & job) {
     usage_numbers usage{static_cast<int64_t>(job.prompt.size()), static_cast<int64_t>(out.gen.tokens.size()),
                         out.gen.cached_tokens, out.gen.cache_hit_stage_mask, out.gen.cache_record_stage_mask};
     if (job.meta.kind != endpoint::chat_completions) {
-        return ch.respond(json_response(completion_body(job.meta, text, out.finish, usage)));
+        return ch.respond(json_response(completion_body(job.meta, text, out.finish, usage, nullptr, lp)));
     }
     const chat::parsed_output reply = chat::parse_output(job.format, text);
     const std::string finish = reply.tool_calls.empty() ? out.finish : "tool_calls";
-    ch.respond(json_response(completion_body(job.meta, text, finish, usage, &reply)));
+    ch.respond(json_response(completion_body(job.meta, text, finish, usage, &reply, lp)));
 }
 
 void http_server::impl::stream(generation_job & job) {
@@ -573,16 +586,27 @@ void http_server::impl::stream(generation_job & job) {
     }
     const bool chat = job.meta.kind == endpoint::chat_completions;
     chat::output_parser parser(job.format);
+    // The logprobs of the tokens generated since the last chunk went out: the next
+    // chunk carries them (the stop-string check and the chat parser may hold text back).
+    logprobs_out pending;
+    auto sent = [&] {
+        for (const logprob_item & it : pending.items) pending.text_offset += it.piece.size();
+        pending.items.clear();
+    };
     auto write_delta = [&](const chat::output_delta & d) {
-        for (const std::string & c : stream_delta_chunks(job.meta, d, usage_null)) {
+        const auto chunks = stream_delta_chunks(job.meta, d, usage_null, &pending);
+        if (!chunks.empty()) sent();
+        for (const std::string & c : chunks) {
             if (!write(sse_event(c))) return false;
         }
         return true;
     };
     run_outcome out = run(job, [&](std::string_view piece) {
         if (chat) return write_delta(parser.push(piece));
-        return write(sse_event(stream_chunk(job.meta, piece, false, "", usage_null)));
-    });
+        const bool ok = write(sse_event(stream_chunk(job.meta, piece, false, "", usage_null, &pending)));
+        sent();
+        return ok;
+    }, job.request.top_logprobs >= 0 ? &pending : nullptr);
     if (chat && !out.cancelled && !out.error && !write_delta(parser.finish())) out.cancelled = true;
     if (chat && !out.cancelled && !out.error && parser.n_tool_calls() > 0) out.finish = "tool_calls";
     record(job, out, true);
@@ -592,7 +616,7 @@ void http_server::impl::stream(generation_job & job) {
         write(sse_event(error_body(*out.error)));
         return ch.end_stream();
     }
-    bool ok = write(sse_event(stream_chunk(job.meta, "", false, out.finish, usage_null)));
+    bool ok = write(sse_event(stream_chunk(job.meta, "", false, out.finish, usage_null, &pending)));
     if (ok && job.request.include_usage) {
         usage_numbers usage{static_cast<int64_t>(job.prompt.size()), static_cast<int64_t>(out.gen.tokens.size()),
                             out.gen.cached_tokens, out.gen.cache_hit_stage_mask, out.gen.cache_record_stage_mask};

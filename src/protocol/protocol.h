@@ -44,7 +44,8 @@ namespace skippy::protocol {
 // Version 2: TryRestorePrefillDecode carries the current token's activation row.
 // Version 3: Step frames on batch links (several lanes' rows in one frame).
 // Version 4: the generation config carries a grammar (GBNF text) after the cache key.
-inline constexpr uint16_t protocol_version = 4;
+// Version 5: the generation config asks for n_logprobs; PredictedToken carries them.
+inline constexpr uint16_t protocol_version = 5;
 // Version of the state header inside a request.
 inline constexpr uint16_t state_header_version = 1;
 
@@ -75,6 +76,10 @@ struct protocol_limits {
     // Most lane entries in one Step frame. Default 1024 (the most lanes a stage serves).
     uint32_t max_step_entries = 1024;
 };
+
+// Most top log-probabilities a generation config asks for and a PredictedToken carries
+// (the sampler's own bound, sampling_bounds::max_logprobs). Fixed: not a limit to tune.
+inline constexpr uint32_t max_logprobs = 20;
 
 // Frame header: u32 frame_bytes, u16 kind.
 inline constexpr size_t frame_header_bytes = 6;
@@ -344,6 +349,7 @@ struct sampling_params {
     int32_t  penalty_last_n = 64;
     std::vector<std::pair<int32_t, float>> logit_bias;  // (token id >= 0, finite bias)
     std::string grammar;  // GBNF text, opaque bytes here (the final stage compiles it); empty: none
+    uint32_t n_logprobs = 0;  // <= max_logprobs; 0: no logprobs
 
     bool operator==(const sampling_params &) const = default;
 };
@@ -478,6 +484,13 @@ result<step_frame> decode_step(std::span<const uint8_t> frame, const protocol_li
 
 enum class ack_outcome : uint8_t { ok = 0, hit = 1, short_hit = 2, miss = 3, error = 4 };
 
+struct logprob_entry {
+    int32_t token = 0;      // >= 0
+    float   logprob = 0.0f; // finite, <= 0
+
+    bool operator==(const logprob_entry &) const = default;
+};
+
 // One reply frame. Only the fields of `kind` go on the wire; the others are ignored by
 // encode_reply and left at their defaults by decode_reply.
 struct reply {
@@ -490,6 +503,11 @@ struct reply {
     // predicted_token
     int32_t      token = 0;            // >= 0
     uint32_t     decode_step = 0;
+    // Its logprobs when the generation asked for them: top_logprobs holds 1 to
+    // max_logprobs entries (the final stage's order; tokens >= 0) and logprob is the
+    // token's own (finite, <= 0). None asked for: top_logprobs empty and logprob 0.
+    float        logprob = 0.0f;
+    std::vector<logprob_entry> top_logprobs;
     // predicted_tokens
     std::vector<int32_t> tokens;       // 1 to max_predicted_tokens ids, each >= 0
     // error

@@ -3,6 +3,7 @@
 #include "protocol/wire.h"
 
 #include <cassert>
+#include <cmath>
 #include <limits>
 
 namespace skippy::protocol {
@@ -50,12 +51,14 @@ bool is_wire_error_code(uint32_t v) {
 size_t body_bytes(const reply & r) {
     switch (r.kind) {
         case message_kind::ack:              return 12;
-        case message_kind::predicted_token:  return 8;
+        case message_kind::predicted_token:  return 12 + (r.top_logprobs.empty() ? 0 : 4 + 8 * r.top_logprobs.size());
         case message_kind::predicted_tokens: return 4 + 4 * r.tokens.size();
         case message_kind::error:            return 8 + r.message.size();
         default:                             return 0;
     }
 }
+
+bool is_logprob(float v) { return std::isfinite(v) && v <= 0.0f; }
 
 status argument_error(std::string_view field, const std::string & detail) {
     return make_error(error_code::invalid_argument, "reply field " + std::string(field) + ": " + detail);
@@ -74,6 +77,18 @@ status validate_reply(const reply & r, const protocol_limits & limits) {
             break;
         case message_kind::predicted_token:
             if (r.token < 0) return argument_error("token", wire::num_signed(r.token) + " is negative");
+            if (r.top_logprobs.size() > max_logprobs) {
+                return argument_error("n_logprobs", num(r.top_logprobs.size()) + " exceeds max_logprobs " + num(max_logprobs));
+            }
+            if (r.top_logprobs.empty()) {
+                if (r.logprob != 0.0f) return argument_error("logprob", "must be 0 without top_logprobs");
+                break;
+            }
+            if (!is_logprob(r.logprob)) return argument_error("logprob", "must be finite and <= 0");
+            for (const logprob_entry & e : r.top_logprobs) {
+                if (e.token < 0) return argument_error("top_logprobs.token", wire::num_signed(e.token) + " is negative");
+                if (!is_logprob(e.logprob)) return argument_error("top_logprobs.logprob", "must be finite and <= 0");
+            }
             break;
         case message_kind::predicted_tokens:
             if (r.tokens.empty() || r.tokens.size() > limits.max_predicted_tokens) {
@@ -126,6 +141,13 @@ std::vector<uint8_t> encode_reply(const reply & r) {
         case message_kind::predicted_token:
             w.put_i32(r.token);
             w.put_u32(r.decode_step);
+            w.put_u32(static_cast<uint32_t>(r.top_logprobs.size()));
+            if (r.top_logprobs.empty()) break;
+            w.put_f32(r.logprob);
+            for (const logprob_entry & e : r.top_logprobs) {
+                w.put_i32(e.token);
+                w.put_f32(e.logprob);
+            }
             break;
         case message_kind::predicted_tokens:
             w.put_u32(static_cast<uint32_t>(r.tokens.size()));
@@ -183,6 +205,24 @@ result<reply> decode_reply(std::span<const uint8_t> frame, const protocol_limits
             SKIPPY_TRY(r.i32("token", out.token));
             if (out.token < 0) return r.fail("token", at, wire::num_signed(out.token) + " is negative");
             SKIPPY_TRY(r.u32("decode_step", out.decode_step));
+            uint32_t n = 0;
+            const size_t n_at = r.offset();
+            SKIPPY_TRY(r.u32("n_logprobs", n));
+            if (n > max_logprobs) return r.fail("n_logprobs", n_at, num(n) + " exceeds max_logprobs " + num(max_logprobs));
+            if (n == 0) break;
+            SKIPPY_TRY(r.need("logprobs", 4 + 8ull * n));
+            const size_t lp_at = r.offset();
+            SKIPPY_TRY(r.f32("logprob", out.logprob));
+            if (!is_logprob(out.logprob)) return r.fail("logprob", lp_at, "must be finite and <= 0");
+            out.top_logprobs.resize(n);
+            for (logprob_entry & e : out.top_logprobs) {
+                const size_t token_at = r.offset();
+                SKIPPY_TRY(r.i32("top_logprobs.token", e.token));
+                if (e.token < 0) return r.fail("top_logprobs.token", token_at, wire::num_signed(e.token) + " is negative");
+                const size_t e_at = r.offset();
+                SKIPPY_TRY(r.f32("top_logprobs.logprob", e.logprob));
+                if (!is_logprob(e.logprob)) return r.fail("top_logprobs.logprob", e_at, "must be finite and <= 0");
+            }
             break;
         }
         case message_kind::predicted_tokens: {

@@ -37,7 +37,7 @@ constexpr size_t at_current_token = 48;
 [[maybe_unused]] constexpr size_t at_tokens = request_fixed_bytes;  // only asserted on
 
 // Size of the generation config without its logit bias entries, cache key and grammar.
-constexpr size_t generation_fixed_bytes = 40 + 4 + 1 + 4 + 2 + 4;
+constexpr size_t generation_fixed_bytes = 40 + 4 + 1 + 4 + 2 + 4 + 4;
 
 enum class presence : uint8_t { forbidden, optional, required };
 
@@ -300,6 +300,7 @@ void put_generation(byte_writer & w, const generation_config & g) {
     w.put_bytes(g.cache_key.data(), g.cache_key.size());
     w.put_u32(static_cast<uint32_t>(s.grammar.size()));
     w.put_bytes(s.grammar.data(), s.grammar.size());
+    w.put_u32(s.n_logprobs);
 }
 
 status get_finite(wire::field_reader & r, std::string_view field, float & v) {
@@ -363,6 +364,11 @@ status get_generation(wire::field_reader & r, const protocol_limits & limits, ge
     SKIPPY_TRY(r.u32("generation.cache_min_tokens", g.cache_min_tokens));
     SKIPPY_TRY(get_bounded_bytes<uint16_t>(r, "generation.cache_key", limits.max_cache_key_bytes, "max_cache_key_bytes", g.cache_key));
     SKIPPY_TRY(get_bounded_bytes<uint32_t>(r, "generation.grammar", limits.max_grammar_bytes, "max_grammar_bytes", s.grammar));
+    const size_t n_logprobs_at = r.offset();
+    SKIPPY_TRY(r.u32("generation.n_logprobs", s.n_logprobs));
+    if (s.n_logprobs > max_logprobs) {
+        return r.fail("generation.n_logprobs", n_logprobs_at, wire::num(s.n_logprobs) + " exceeds max_logprobs " + wire::num(max_logprobs));
+    }
     return status::ok();
 }
 
@@ -436,6 +442,10 @@ status validate_request(const request & r, const protocol_limits & limits) {
             return to_argument_error({"generation.grammar_len", 0, wire::num(s.grammar.size()) +
                                                                        " exceeds max_grammar_bytes " +
                                                                        wire::num(limits.max_grammar_bytes)});
+        }
+        if (s.n_logprobs > max_logprobs) {
+            return to_argument_error({"generation.n_logprobs", 0, wire::num(s.n_logprobs) + " exceeds max_logprobs " +
+                                                                      wire::num(max_logprobs)});
         }
     }
     if (r.activation) {

@@ -7,6 +7,7 @@ namespace skippy {
 local_pipeline::local_pipeline(std::unique_ptr<stage> whole_model, scheduler_options options)
     : stage_(std::move(whole_model)), runner_(*stage_) {
     lanes_.samplers.resize(static_cast<size_t>(stage_->n_lanes()));
+    logprobs_.resize(static_cast<size_t>(stage_->n_lanes()));
     scheduler_ = std::make_unique<lane_scheduler>(stage_->n_lanes(), options,
                                                   [this](std::span<step_item> items) { runner_.run(items, lanes_); });
 }
@@ -42,7 +43,17 @@ status local_pipeline::prefill(int32_t lane, int64_t pos_start, std::span<const 
 result<token_id> local_pipeline::decode(int32_t lane, int64_t pos, token_id token) {
     SKIPPY_TRY(check_lane(lane));
     if (!lanes_.samplers[static_cast<size_t>(lane)]) return make_error(error_code::internal, "decode before begin");
-    return scheduler_->decode(lane, pos, token);
+    return scheduler_->decode(lane, pos, token, &logprobs_[static_cast<size_t>(lane)]);
+}
+
+const token_logprobs & pipeline_i::last_logprobs(int32_t) const {
+    static const token_logprobs none;
+    return none;
+}
+
+const token_logprobs & local_pipeline::last_logprobs(int32_t lane) const {
+    if (!check_lane(lane).is_ok()) return pipeline_i::last_logprobs(lane);
+    return logprobs_[static_cast<size_t>(lane)];
 }
 
 void local_pipeline::end(int32_t lane) {
@@ -139,6 +150,11 @@ result<generation_result> run_generation(pipeline_i & pipeline, int32_t lane, co
             break;
         }
         out.tokens.push_back(next);
+        if (request.sampling.n_logprobs > 0) {
+            const token_logprobs & lp = pipeline.last_logprobs(lane);
+            out.logprobs.push_back(lp);
+            if (request.on_logprobs) request.on_logprobs(next, lp);
+        }
         if (request.on_token && !request.on_token(next)) {
             out.finish = finish_reason::stop;
             break;

@@ -43,6 +43,9 @@ public:
 
     // Computes `token` at `pos` and returns the token sampled after it.
     virtual result<token_id> decode(int32_t lane, int64_t pos, token_id token) = 0;
+    // The logprobs of the token the lane's last decode() returned (sampling_config::
+    // n_logprobs; empty when not asked for). Valid until the lane's next call.
+    virtual const token_logprobs & last_logprobs(int32_t lane) const;
 
     // Ends the request on `lane` (stages may record what was computed, then reset it).
     virtual void end(int32_t lane) = 0;
@@ -86,6 +89,7 @@ public:
     status prefill_prompt(int32_t lane, std::span<const token_id> prompt, int32_t chunk_tokens, bool decodes) override;
     status prefill(int32_t lane, int64_t pos_start, std::span<const token_id> tokens) override;
     result<token_id> decode(int32_t lane, int64_t pos, token_id token) override;
+    const token_logprobs & last_logprobs(int32_t lane) const override;
     void end(int32_t lane) override;
 
     stage & model_stage() { return *stage_; }
@@ -101,6 +105,7 @@ private:
     lanes_view                      lanes_;
     step_runner                     runner_;
     std::unique_ptr<lane_scheduler> scheduler_;
+    std::vector<token_logprobs>     logprobs_;  // per lane
 };
 
 enum class finish_reason { length, stop, end_of_generation, cancelled };
@@ -117,10 +122,14 @@ struct generation_request {
     // Called with each generated token; returning false stops generation (a stop
     // string matched, or the client went away).
     std::function<bool(token_id)> on_token;
+    // With sampling.n_logprobs > 0: called with each generated token's logprobs just
+    // before on_token (not for an end-of-generation token).
+    std::function<void(token_id, const token_logprobs &)> on_logprobs;
 };
 
 struct generation_result {
     std::vector<token_id> tokens;
+    std::vector<token_logprobs> logprobs;  // one per token when sampling.n_logprobs > 0, else empty
     int64_t               prompt_tokens = 0;
     int64_t               cached_tokens = 0;
     uint64_t              cache_hit_stage_mask = 0;     // pipeline_i::cache_masks at the last token

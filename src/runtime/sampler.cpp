@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <unordered_map>
 
 namespace skippy {
@@ -27,6 +28,7 @@ status sampling_config::validate() const {
         if (!std::isfinite(bias)) return bad("logit_bias", "has a bias that is not finite");
     }
     if (grammar.size() > b::max_grammar_bytes) return bad("grammar", "is longer than 1 MiB");
+    if (n_logprobs < 0 || n_logprobs > b::max_logprobs) return bad("n_logprobs", "must be in [0, 20]");
     return status::ok();
 }
 
@@ -39,6 +41,35 @@ status sampling_config::validate(int32_t n_vocab) const {
         }
     }
     return status::ok();
+}
+
+void compute_logprobs(std::span<const float> logits, token_id sampled, int32_t n_top, token_logprobs & out) {
+    float max_logit = -std::numeric_limits<float>::infinity();
+    for (float l : logits) max_logit = std::max(max_logit, l);
+    // Index order, in double: exp of a max-subtracted logit is in (0, 1], so the sum is
+    // in [1, n_vocab] and loses nothing that a float result could show.
+    double sum = 0.0;
+    for (float l : logits) {
+        if (l != -std::numeric_limits<float>::infinity()) sum += std::exp(static_cast<double>(l) - max_logit);
+    }
+    const double log_norm = static_cast<double>(max_logit) + std::log(sum);
+    auto logprob = [&](float l) { return static_cast<float>(std::min(static_cast<double>(l) - log_norm, 0.0)); };
+    out.sampled = logprob(logits[static_cast<size_t>(sampled)]);
+
+    // The n_top best by (logit descending, id ascending), in one pass: a small sorted list.
+    out.top.clear();
+    const size_t n = static_cast<size_t>(n_top);
+    std::vector<std::pair<float, token_id>> best;
+    best.reserve(n + 1);
+    for (size_t i = 0; i < logits.size(); ++i) {
+        const float l = logits[i];
+        if (l == -std::numeric_limits<float>::infinity()) continue;
+        if (best.size() == n && !(l > best.back().first)) continue;  // a later id loses a tie
+        auto at = std::upper_bound(best.begin(), best.end(), l, [](float v, const auto & e) { return v > e.first; });
+        best.insert(at, {l, static_cast<token_id>(i)});
+        if (best.size() > n) best.pop_back();
+    }
+    for (const auto & [l, id] : best) out.top.push_back({id, logprob(l)});
 }
 
 sampler::sampler(sampling_config config) : config_(std::move(config)), rng_state_(config_.seed) {}

@@ -36,7 +36,36 @@ struct sampling_bounds {
     static constexpr float   max_abs_logit_bias = 100.0f;
     // A grammar's GBNF text, in bytes (grammar::grammar_limits' default; the wire's bound too).
     static constexpr size_t  max_grammar_bytes = size_t{1} << 20;
+    static constexpr int32_t max_logprobs = 20;            // n_logprobs in [0, 20]; 0: off
 };
+
+// One token's log-probability.
+struct token_logprob {
+    token_id id = 0;
+    float    logprob = 0.0f;  // <= 0, finite
+
+    bool operator==(const token_logprob &) const = default;
+};
+
+// What the final stage reports of one predicted token when logprobs are asked for:
+// the log-softmax of the distribution the draw starts from — the logits after
+// logit_bias, the penalties and the grammar's mask, before top-k / top-p / min-p /
+// temperature (docs/http-api.md, "Log-probabilities").
+struct token_logprobs {
+    float                      sampled = 0.0f;  // the sampled token's logprob
+    std::vector<token_logprob> top;             // the n most likely, by logprob descending, ties by id ascending;
+                                                // tokens of logit -infinity (masked) are never listed
+
+    bool empty() const { return top.empty(); }
+    bool operator==(const token_logprobs &) const = default;
+};
+
+// Log-softmax of logits[n_vocab] for `sampled` and the n_top most likely tokens, into
+// `out`. Max-subtracted, the sum of exponentials taken in double in index order, so
+// the result is a function of the logits' bits alone (the same on every topology).
+// REQUIRES: some logit is finite, logits[sampled] is finite, 0 < n_top.
+// PROMISES: out.top holds min(n_top, finite logits) entries, out.top[0] is an argmax.
+void compute_logprobs(std::span<const float> logits, token_id sampled, int32_t n_top, token_logprobs & out);
 
 struct sampling_config {
     float    temperature = 0.8f;   // <= 0: greedy
@@ -53,6 +82,9 @@ struct sampling_config {
     // every generated token must continue; empty: none. The front ends compile JSON
     // schemas to it; the final stage compiles it (lane_sampler, constraint_cache).
     std::string grammar;
+    // Log-probabilities of each predicted token and its n_logprobs most likely
+    // alternatives (compute_logprobs); 0: none computed, none sent.
+    int32_t n_logprobs = 0;
 
     bool greedy() const { return temperature <= 0.0f; }
     // Checks every field against sampling_bounds (and that every value is finite and

@@ -53,7 +53,7 @@ status lane_scheduler::prefill(int32_t lane, int64_t pos_start, std::span<const 
     return wait_done(lock, lane);
 }
 
-result<token_id> lane_scheduler::decode(int32_t lane, int64_t pos, token_id token) {
+result<token_id> lane_scheduler::decode(int32_t lane, int64_t pos, token_id token, token_logprobs * logprobs) {
     if (lane < 0 || lane >= static_cast<int32_t>(lanes_.size())) return make_error(error_code::invalid_argument, "no such lane");
     std::unique_lock<std::mutex> lock(mutex_);
     if (stopping_) return make_error(error_code::unavailable, "the stage is shutting down");
@@ -69,6 +69,7 @@ result<token_id> lane_scheduler::decode(int32_t lane, int64_t pos, token_id toke
     w.decoding = true;
     work_cv_.notify_one();
     SKIPPY_TRY(wait_done(lock, lane));
+    if (logprobs) *logprobs = std::move(w.logprobs);
     return w.sampled;
 }
 
@@ -183,6 +184,7 @@ void lane_scheduler::loop() {
                 w.done = true;
                 w.result = it.result;
                 w.sampled = it.sampled;
+                w.logprobs = it.logprobs;
                 w.last_step = step_id;
                 continue;
             }

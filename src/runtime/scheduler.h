@@ -66,7 +66,8 @@ public:
     status prefill(int32_t lane, int64_t pos_start, std::span<const token_id> tokens, int32_t max_chunk_tokens);
     // Computes `token` at `pos` in the next step that takes it; returns its step
     // item's result: the sampled token on a final stage, -1 otherwise.
-    result<token_id> decode(int32_t lane, int64_t pos, token_id token);
+    // `logprobs` (optional) receives the item's logprobs (empty unless asked for).
+    result<token_id> decode(int32_t lane, int64_t pos, token_id token, token_logprobs * logprobs = nullptr);
     // The lane's request is over: it no longer counts as decoding.
     void end(int32_t lane);
 
@@ -86,6 +87,7 @@ private:
         bool                      done = false;
         status                    result;
         token_id                  sampled = -1;
+        token_logprobs            logprobs;
         bool                      decoding = false;  // decoded since its request began
         uint64_t                  last_step = 0;     // the step of its last decode (0: none)
     };

@@ -49,25 +49,12 @@ status lane_sampler::catch_up() {
     return status::ok();
 }
 
-result<token_id> lane_sampler::sample(std::span<float> logits) {
-    sampler_.set_history(sequence_);
-    if (!matcher_) return sampler_.sample_finite(logits);
-    SKIPPY_TRY(sampler::check_finite(logits));
-    SKIPPY_TRY(catch_up());
-    if (static_cast<int64_t>(logits.size()) != vocab_->n_vocab()) {
-        return make_error(error_code::invalid_argument, "grammar: the model has " + std::to_string(logits.size()) +
-                                                            " logits but its vocabulary " + std::to_string(vocab_->n_vocab()) +
-                                                            " tokens");
-    }
-    sampler_.adjust(logits);
-    const token_id favourite = sampler_.pick(logits);
-    if (matcher_->accepts_token(*vocab_, favourite)) return favourite;
+status lane_sampler::mask(std::span<float> logits) {
     SKIPPY_TRY(matcher_->allowed_tokens(*vocab_, mask_));
     if (mask_.count() == 0) {
         return make_error(error_code::invalid_argument,
                           "grammar: dead end: the grammar can go on, but no token of the vocabulary continues it");
     }
-    ++n_masked_draws_;
     constexpr float banned = -std::numeric_limits<float>::infinity();
     const auto & words = mask_.words();
     for (size_t w = 0; w < words.size(); ++w) {
@@ -79,7 +66,45 @@ result<token_id> lane_sampler::sample(std::span<float> logits) {
             logits[id] = banned;
         }
     }
-    return sampler_.pick(logits);
+    return status::ok();
+}
+
+result<token_id> lane_sampler::sample(std::span<float> logits, token_logprobs * logprobs) {
+    const int32_t n_logprobs = sampler_.config().n_logprobs;
+    auto report = [&](token_id id) -> token_id {
+        if (logprobs) {
+            if (n_logprobs > 0) {
+                compute_logprobs(logits, id, n_logprobs, *logprobs);
+            } else {
+                *logprobs = {};
+            }
+        }
+        return id;
+    };
+    sampler_.set_history(sequence_);
+    if (!matcher_) {
+        SKIPPY_TRY(sampler::check_finite(logits));
+        sampler_.adjust(logits);
+        return report(sampler_.pick(logits));
+    }
+    SKIPPY_TRY(sampler::check_finite(logits));
+    SKIPPY_TRY(catch_up());
+    if (static_cast<int64_t>(logits.size()) != vocab_->n_vocab()) {
+        return make_error(error_code::invalid_argument, "grammar: the model has " + std::to_string(logits.size()) +
+                                                            " logits but its vocabulary " + std::to_string(vocab_->n_vocab()) +
+                                                            " tokens");
+    }
+    sampler_.adjust(logits);
+    const token_id favourite = sampler_.pick(logits);
+    if (matcher_->accepts_token(*vocab_, favourite)) {
+        // The draw never needed the mask; the reported distribution does (the same
+        // token either way: the mask keeps the favourite).
+        if (logprobs && n_logprobs > 0) SKIPPY_TRY(mask(logits));
+        return report(favourite);
+    }
+    SKIPPY_TRY(mask(logits));
+    ++n_masked_draws_;
+    return report(sampler_.pick(logits));
 }
 
 std::span<const float> step_runner::rows(const step_item & item) const {
@@ -107,6 +132,7 @@ void step_runner::run(std::span<step_item> items, step_lanes_i & lanes) {
         it.restored = 0;
         it.from_cache = false;
         it.sampled = -1;
+        it.logprobs = {};
         const int64_t n = static_cast<int64_t>(it.tokens.size());
         if (n == 0) {
             it.result = make_error(error_code::invalid_argument, "a step item needs at least one token");
@@ -195,7 +221,8 @@ void step_runner::run(std::span<step_item> items, step_lanes_i & lanes) {
     int64_t r = 0;
     for (step_item & it : items) {
         if (!it.result.is_ok() || !samples(it.kind)) continue;
-        auto sampled = lanes.sampler(it.lane)->sample(std::span<float>(logits_).subspan(static_cast<size_t>(r * n_vocab), static_cast<size_t>(n_vocab)));
+        auto sampled = lanes.sampler(it.lane)->sample(std::span<float>(logits_).subspan(static_cast<size_t>(r * n_vocab), static_cast<size_t>(n_vocab)),
+                                                      &it.logprobs);
         ++r;
         if (sampled.is_ok()) {
             it.sampled = sampled.value();

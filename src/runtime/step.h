@@ -58,14 +58,19 @@ public:
     // `runtime` if a logit is not finite (sampler::sample_finite). Under a grammar:
     // invalid_argument when the output so far is not one the grammar admits, or the
     // grammar can go on but no token of the vocabulary continues it (a dead end), or
-    // the matcher ran out of its limits.
-    result<token_id> sample(std::span<float> logits);
+    // the matcher ran out of its limits. With `logprobs` and config.n_logprobs > 0, it
+    // receives compute_logprobs() of the distribution the draw started from (after
+    // bias, penalties and the grammar's mask; the mask is computed for it when the
+    // draw did not need it, which never changes the token); else it is cleared.
+    result<token_id> sample(std::span<float> logits, token_logprobs * logprobs = nullptr);
 
     bool constrained() const { return matcher_ != nullptr; }
     // Draws the grammar refused (a full mask was computed), for tests and the bench.
     uint64_t n_masked_draws() const { return n_masked_draws_; }
 
 private:
+    // Sets every token the grammar refuses to -infinity; invalid_argument on a dead end.
+    status mask(std::span<float> logits);
     // Feeds the matcher the generated tokens the lane holds that it has not seen.
     status catch_up();
 
@@ -102,6 +107,7 @@ struct step_item {
     int64_t  restored = 0;       // leading tokens a cache restored instead of computing
     bool     from_cache = false; // the whole item restored, its output rows too
     token_id sampled = -1;       // the final stage: the token sampled after the item
+    token_logprobs logprobs;     // and its logprobs (empty unless the lane's n_logprobs > 0)
     size_t   out_offset = 0;     // where the item's n rows start in step_runner::output()
     int64_t  n_computed() const { return from_cache ? 0 : std::max<int64_t>(static_cast<int64_t>(tokens.size()) - restored, 0); }
 };

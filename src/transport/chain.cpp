@@ -32,6 +32,7 @@ struct chain_pipeline::lane_state final : chain_restore::chain_i {
     bool                     broken = true;  // (re)connect on the next begin()
     protocol::stats_block    stats;          // merged over the current request
     int32_t                  decode_step = 0;
+    token_logprobs           logprobs;       // of the token the last decode returned
     int64_t                  n_prompt = 0;
     uint64_t                 decode_request_id = 0;  // of the lane's last decode entry (set by its step)
     // Set by the acceptor thread, taken by the lane's user.
@@ -380,7 +381,7 @@ result<token_id> chain_pipeline::decode(int32_t lane, int64_t pos, token_id toke
     lane_state & ls = *lanes_[static_cast<size_t>(lane)];
     if (single_stage()) {
         if (!ls.session.sampling()) return make_error(error_code::internal, "decode before begin");
-        SKIPPY_ASSIGN_OR_RETURN(token_id next, scheduler_->decode(lane, pos, token));
+        SKIPPY_ASSIGN_OR_RETURN(token_id next, scheduler_->decode(lane, pos, token, &ls.logprobs));
         ++ls.decode_step;
         return next;
     }
@@ -396,11 +397,12 @@ result<token_id> chain_pipeline::decode(int32_t lane, int64_t pos, token_id toke
 // since the probe) rolls the chain back and computes the prompt instead.
 result<token_id> chain_pipeline::decode_with_restore(int32_t lane, int64_t pos, token_id token) {
     lane_state & ls = *lanes_[static_cast<size_t>(lane)];
-    auto next = ls.restore.decode(pos, token, [&] { return ls.session.compute(pos, std::span<const token_id>(&token, 1), {}); });
+    auto next = ls.restore.decode(pos, token, [&] { return ls.session.compute(pos, std::span<const token_id>(&token, 1), {}); },
+                                  &ls.logprobs);
     if (!next.is_ok()) return fail_lane(lane, next.error());
     if (next->has_value()) {
         const int32_t t = **next;
-        if (t < 0 || t >= n_vocab()) {
+        if (t < 0 || t >= n_vocab() || !logprobs_in_vocab(ls.logprobs)) {
             return fail_lane(lane, make_error(error_code::invalid_data, "the final stage returned a token outside the vocabulary"));
         }
         ++ls.decode_step;
@@ -411,6 +413,15 @@ result<token_id> chain_pipeline::decode_with_restore(int32_t lane, int64_t pos, 
     const auto & prompt = ls.restore.prompt();
     SKIPPY_TRY(prefill_range(lane, 0, std::span<const token_id>(prompt).first(static_cast<size_t>(pos)), k_fallback_chunk_tokens));
     return decode(lane, pos, token);
+}
+
+bool chain_pipeline::logprobs_in_vocab(const token_logprobs & lp) const {
+    return std::all_of(lp.top.begin(), lp.top.end(), [&](const token_logprob & e) { return e.id >= 0 && e.id < n_vocab(); });
+}
+
+const token_logprobs & chain_pipeline::last_logprobs(int32_t lane) const {
+    if (lane < 0 || lane >= n_lanes()) return pipeline_i::last_logprobs(lane);
+    return lanes_[static_cast<size_t>(lane)]->logprobs;
 }
 
 result<token_id> chain_pipeline::wait_for_token(int32_t lane, uint64_t request_id) {
@@ -443,6 +454,10 @@ result<token_id> chain_pipeline::wait_for_token(int32_t lane, uint64_t request_i
         if (r->token < 0 || r->token >= n_vocab()) {
             return fail_lane(lane, make_error(error_code::invalid_data, "the final stage returned token " + std::to_string(r->token) +
                                                                             ", outside the vocabulary"));
+        }
+        ls.logprobs = get_logprobs(*r);
+        if (!logprobs_in_vocab(ls.logprobs)) {
+            return fail_lane(lane, make_error(error_code::invalid_data, "the final stage returned a logprob for a token outside the vocabulary"));
         }
         ls.stats = protocol::merge_stats(ls.stats, r->stats);
         ++ls.decode_step;

@@ -51,6 +51,7 @@ public:
                  std::string_view cache_key) override;
     status prefill(int32_t lane, int64_t pos_start, std::span<const token_id> tokens) override;
     result<token_id> decode(int32_t lane, int64_t pos, token_id token) override;
+    const token_logprobs & last_logprobs(int32_t lane) const override;
     void end(int32_t lane) override;
     status prefill_prompt(int32_t lane, std::span<const token_id> prompt, int32_t chunk_tokens, bool decodes) override;
     int64_t cached_tokens(int32_t lane) const override;
@@ -86,6 +87,7 @@ private:
     status prefill_range(int32_t lane, int64_t pos_start, std::span<const token_id> tokens, int32_t chunk_tokens);
     result<token_id> decode_with_restore(int32_t lane, int64_t pos, token_id token);
     result<token_id> wait_for_token(int32_t lane, uint64_t request_id);
+    bool logprobs_in_vocab(const token_logprobs & lp) const;
     bool single_stage() const { return topo_.n_stages() == 1; }
 
     std::unique_ptr<stage>                     stage_;

@@ -1,4 +1,5 @@
 #include "transport/chain_restore.h"
+#include "transport/convert.h"
 
 namespace skippy::transport {
 
@@ -68,7 +69,8 @@ status chain_restore::settle() {
     return restore_everywhere(n);
 }
 
-result<std::optional<int32_t>> chain_restore::decode(int64_t pos, token_id token, const std::function<status()> & compute_row) {
+result<std::optional<int32_t>> chain_restore::decode(int64_t pos, token_id token, const std::function<status()> & compute_row,
+                                                     token_logprobs * logprobs) {
     deferred_ = false;
     const int64_t n = restored_;
     const std::span<const token_id> prefix = std::span<const token_id>(prompt_).first(static_cast<size_t>(n));
@@ -83,7 +85,10 @@ result<std::optional<int32_t>> chain_restore::decode(int64_t pos, token_id token
         req.activation = session_.output_frame();
         protocol::reply reply;
         SKIPPY_TRY(chain_.roundtrip(std::move(req), reply));
-        if (reply.kind == message_kind::predicted_token) return std::optional<int32_t>(reply.token);
+        if (reply.kind == message_kind::predicted_token) {
+            if (logprobs) *logprobs = get_logprobs(reply);
+            return std::optional<int32_t>(reply.token);
+        }
     }
     // A miss somewhere: the stages below rolled back; so does stage 0.
     session_.cache().rollback();

@@ -66,7 +66,9 @@ public:
     // hidden()) and sends TryRestorePrefillDecode. Returns the final stage's token on a
     // chain hit; on a miss anywhere every stage is as before the restore (restored()
     // is 0) and the result is empty: the caller computes the prompt instead.
-    result<std::optional<int32_t>> decode(int64_t pos, token_id token, const std::function<status()> & compute_row);
+    // `logprobs` receives the predicted token's logprobs (empty unless asked for).
+    result<std::optional<int32_t>> decode(int64_t pos, token_id token, const std::function<status()> & compute_row,
+                                          token_logprobs * logprobs = nullptr);
 
 private:
     status restore_everywhere(int64_t n_tokens);

@@ -4,6 +4,8 @@
 #include "protocol/protocol.h"
 #include "runtime/sampler.h"
 
+#include <algorithm>
+
 namespace skippy::transport {
 
 inline sampling_config to_sampling_config(const protocol::sampling_params & p) {
@@ -19,6 +21,7 @@ inline sampling_config to_sampling_config(const protocol::sampling_params & p) {
     c.penalty_last_n = p.penalty_last_n;
     c.logit_bias.assign(p.logit_bias.begin(), p.logit_bias.end());
     c.grammar = p.grammar;
+    c.n_logprobs = static_cast<int32_t>(std::min<uint32_t>(p.n_logprobs, protocol::max_logprobs));
     return c;
 }
 
@@ -35,7 +38,25 @@ inline protocol::sampling_params to_sampling_params(const sampling_config & c) {
     p.penalty_last_n = c.penalty_last_n;
     p.logit_bias.assign(c.logit_bias.begin(), c.logit_bias.end());
     p.grammar = c.grammar;
+    p.n_logprobs = static_cast<uint32_t>(std::clamp<int32_t>(c.n_logprobs, 0, static_cast<int32_t>(protocol::max_logprobs)));
     return p;
+}
+
+// A predicted token's logprobs into its PredictedToken reply, and back.
+inline void put_logprobs(protocol::reply & r, const token_logprobs & lp) {
+    r.top_logprobs.clear();
+    r.logprob = 0.0f;
+    if (lp.empty()) return;
+    r.logprob = lp.sampled;
+    for (const token_logprob & e : lp.top) r.top_logprobs.push_back({e.id, e.logprob});
+}
+
+inline token_logprobs get_logprobs(const protocol::reply & r) {
+    token_logprobs lp;
+    if (r.top_logprobs.empty()) return lp;
+    lp.sampled = r.logprob;
+    for (const protocol::logprob_entry & e : r.top_logprobs) lp.top.push_back({e.token, e.logprob});
+    return lp;
 }
 
 }  // namespace skippy::transport

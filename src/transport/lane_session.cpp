@@ -5,11 +5,11 @@ namespace skippy::transport {
 lane_session::lane_session(stage & st, stage_cache_host * cache, int32_t lane, int32_t stage_index)
     : stage_(st), lane_(lane), stage_index_(stage_index), n_embd_(st.hparams().n_embd), cache_(cache, lane) {}
 
-result<token_id> lane_session::sample_last_row() {
+result<token_id> lane_session::sample_last_row(token_logprobs * logprobs) {
     const int64_t rows = static_cast<int64_t>(hidden_.size()) / n_embd_;
     logits_.resize(static_cast<size_t>(stage_.hparams().n_vocab));
     stage_.logits(std::span<const float>(hidden_).subspan(static_cast<size_t>((rows - 1) * n_embd_)), 1, logits_);
-    return sampler_->sample(logits_);
+    return sampler_->sample(logits_, logprobs);
 }
 
 lane_session::chunk_lookup lane_session::lookup_chunk(int64_t pos_start, std::span<const token_id> tokens, bool prefill_final,

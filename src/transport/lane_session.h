@@ -54,7 +54,8 @@ public:
     // Samples the token after the last row of hidden(). REQUIRES: sampling(), and the
     // stage is the last.
     // `runtime` if a logit is not finite.
-    result<token_id> sample_last_row();
+    // `logprobs` receives the token's logprobs (empty unless asked for).
+    result<token_id> sample_last_row(token_logprobs * logprobs = nullptr);
 
     // ---- prompt chunks
     struct chunk_lookup {

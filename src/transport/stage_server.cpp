@@ -231,6 +231,7 @@ status stage_server::lane_worker::handle_streamed(protocol::request & req) {
             tok.request_id = req.request_id;
             tok.token = it.sampled;
             tok.decode_step = req.state.decode_step;
+            put_logprobs(tok, it.logprobs);
             tok.stats = merged;
             SKIPPY_TRY(server_.send_token(slot_, tok));
         }
@@ -346,7 +347,9 @@ status stage_server::lane_worker::handle_try_restore_decode(protocol::request & 
         session_.track_tokens(0, req.tokens);
         session_.track_tokens(n, one);
         out.kind = message_kind::predicted_token;
-        SKIPPY_ASSIGN_OR_RETURN(out.token, session_.sample_last_row());
+        token_logprobs logprobs;
+        SKIPPY_ASSIGN_OR_RETURN(out.token, session_.sample_last_row(&logprobs));
+        put_logprobs(out, logprobs);
         out.decode_step = req.state.decode_step;
         out.restored_tokens = n;
         return status::ok();
@@ -647,6 +650,7 @@ status stage_server::run_step(protocol::step_frame & step, clock::time_point rec
             tok.request_id = e.request_id;
             tok.token = it.sampled;
             tok.decode_step = e.state.decode_step;
+            put_logprobs(tok, it.logprobs);
             tok.stats = merged;
             const status st = send_token(slot, tok);
             if (!st.is_ok()) fail_lane(it.lane, e.request_id, st);

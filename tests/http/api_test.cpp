@@ -212,7 +212,12 @@ TEST(ParseRequest, WrongTypesAndOutOfRangeValuesNameTheField) {
         {R"("logit_bias":{"1":101})", "logit_bias"},
         {R"("n":2)", "n"},
         {R"("n":0)", "n"},
-        {R"("logprobs":true)", "logprobs"},
+        {R"("logprobs":1)", "logprobs"},
+        {R"("logprobs":true,"top_logprobs":21)", "top_logprobs"},
+        {R"("logprobs":true,"top_logprobs":-1)", "top_logprobs"},
+        {R"("logprobs":true,"top_logprobs":1.5)", "top_logprobs"},
+        {R"("top_logprobs":3)", "top_logprobs"},
+        {R"("logprobs":false,"top_logprobs":3)", "top_logprobs"},
         {R"("tools":[{"type":"function"}])", "tools[0].function"},
         {R"("response_format":"json")", "response_format"},
         {R"("response_format":{"type":"yaml"})", "response_format.type"},
@@ -266,6 +271,24 @@ TEST(ParseRequest, ResponseFormatAndGrammarBecomeTheSamplersGrammar) {
     // The grammar module's message reaches the client.
     const api_error e = chat_error("{" + k_msgs + R"(,"grammar":"root ::= \"a"})");
     EXPECT_NE(e.message.find("1:"), std::string::npos) << e.message;
+}
+
+TEST(ParseRequest, LogprobsAskTheFinalStageForAtLeastOneAlternative) {
+    auto off = chat_ok("{" + k_msgs + R"(,"logprobs":false,"top_logprobs":0})");
+    EXPECT_EQ(off.top_logprobs, -1);
+    EXPECT_EQ(off.sampling.n_logprobs, 0);
+    auto on = chat_ok("{" + k_msgs + R"(,"logprobs":true})");
+    EXPECT_EQ(on.top_logprobs, 0);
+    EXPECT_EQ(on.sampling.n_logprobs, 1);
+    auto top = chat_ok("{" + k_msgs + R"(,"logprobs":true,"top_logprobs":20})");
+    EXPECT_EQ(top.top_logprobs, 20);
+    EXPECT_EQ(top.sampling.n_logprobs, 20);
+    EXPECT_EQ(completion_ok(R"({"prompt":"x","logprobs":null})").top_logprobs, -1);
+    EXPECT_EQ(completion_ok(R"({"prompt":"x","logprobs":0})").sampling.n_logprobs, 1);
+    EXPECT_EQ(completion_ok(R"({"prompt":"x","logprobs":7})").sampling.n_logprobs, 7);
+    EXPECT_EQ(completion_error(R"({"prompt":"x","logprobs":21})").param, "logprobs");
+    EXPECT_EQ(completion_error(R"({"prompt":"x","logprobs":true})").param, "logprobs");
+    EXPECT_EQ(completion_error(R"({"prompt":"x","logprobs":-1})").param, "logprobs");
 }
 
 TEST(ParseRequest, OffValuesOfUnsupportedOptionsAreAccepted) {
@@ -454,6 +477,62 @@ TEST(ResponseBody, TextCompletionHasText) {
     EXPECT_EQ(j["object"], "text_completion");
     EXPECT_EQ(j["choices"][0]["text"], " there");
     EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+}
+
+logprobs_out sample_logprobs(int32_t n_top) {
+    logprobs_out lp;
+    lp.n_top = n_top;
+    lp.text_offset = 3;
+    lp.items.push_back({" a", -0.25f, {{" a", -0.25f}, {" b", -2.0f}, {" a", -3.0f}}});
+    lp.items.push_back({"\xe2", -1.5f, {{"x", -0.5f}, {"\xe2", -1.5f}, {"y", -4.0f}}});
+    return lp;
+}
+
+TEST(ResponseBody, ChatLogprobsHaveOpenAIsShape) {
+    const logprobs_out lp = sample_logprobs(2);
+    const json j = json::parse(completion_body(meta(endpoint::chat_completions), " a?", "stop", {}, nullptr, &lp));
+    const json & c = j["choices"][0]["logprobs"]["content"];
+    ASSERT_EQ(c.size(), 2u);
+    EXPECT_EQ(c[0]["token"], " a");
+    EXPECT_EQ(c[0]["logprob"], -0.25);
+    EXPECT_EQ(c[0]["bytes"], json::array({32, 97}));
+    ASSERT_EQ(c[0]["top_logprobs"].size(), 2u);  // n_top of the 3
+    EXPECT_EQ(c[0]["top_logprobs"][1]["token"], " b");
+    EXPECT_EQ(c[0]["top_logprobs"][1]["logprob"], -2.0);
+    EXPECT_EQ(c[1]["bytes"], json::array({0xe2}));  // the real byte, though the text cannot show it
+    EXPECT_TRUE(j["choices"][0]["logprobs"]["refusal"].is_null());
+    // Without: null; asked for with nothing generated: an empty list.
+    EXPECT_TRUE(json::parse(completion_body(meta(endpoint::chat_completions), "", "stop", {}))["choices"][0]["logprobs"].is_null());
+    const logprobs_out none;
+    EXPECT_EQ(json::parse(completion_body(meta(endpoint::chat_completions), "", "stop", {}, nullptr, &none))["choices"][0]["logprobs"]["content"].size(), 0u);
+}
+
+TEST(ResponseBody, CompletionLogprobsHaveTheLegacyShape) {
+    const logprobs_out lp = sample_logprobs(3);
+    const json j = json::parse(completion_body(meta(endpoint::completions), " a?", "stop", {}, nullptr, &lp));
+    const json & l = j["choices"][0]["logprobs"];
+    EXPECT_EQ(l["tokens"].size(), 2u);
+    EXPECT_EQ(l["token_logprobs"], json::array({-0.25, -1.5}));
+    EXPECT_EQ(l["text_offset"], json::array({3, 5}));
+    ASSERT_EQ(l["top_logprobs"].size(), 2u);
+    EXPECT_EQ(l["top_logprobs"][0].size(), 2u);  // " a" twice: the likelier one stands
+    EXPECT_EQ(l["top_logprobs"][0][" a"], -0.25);
+    EXPECT_EQ(l["top_logprobs"][1]["x"], -0.5);
+}
+
+TEST(StreamChunk, ChunksCarryTheLogprobsOfTheirTokens) {
+    const logprobs_out lp = sample_logprobs(1);
+    const json c = json::parse(stream_chunk(meta(endpoint::completions), " a", false, "", false, &lp));
+    EXPECT_EQ(c["choices"][0]["logprobs"]["tokens"].size(), 2u);
+    const logprobs_out none;
+    EXPECT_TRUE(json::parse(stream_chunk(meta(endpoint::completions), " a", false, "", false, &none))["choices"][0]["logprobs"].is_null());
+    chat::output_delta d;
+    d.reasoning = "r";
+    d.content = "c";
+    const auto chunks = stream_delta_chunks(meta(endpoint::chat_completions), d, false, &lp);
+    ASSERT_EQ(chunks.size(), 2u);
+    EXPECT_EQ(json::parse(chunks[0])["choices"][0]["logprobs"]["content"].size(), 2u);  // once, with the first
+    EXPECT_TRUE(json::parse(chunks[1])["choices"][0]["logprobs"].is_null());
 }
 
 TEST(ResponseBody, InvalidUtf8NeverBreaksTheJson) {

@@ -72,10 +72,12 @@ struct answer {
     std::string param, code, message;
     std::string text;
     int64_t     completion_tokens = -1;
+    std::string logprobs;  // choices[0].logprobs as JSON text ("null" unless asked for)
+    int64_t     cached_tokens = 0;  // not in summary(): the cache's state differs between runs
 
     std::string summary() const {
         return std::to_string(status) + " param=" + param + " code=" + code + " tokens=" + std::to_string(completion_tokens) +
-               " text=" + json(text).dump();
+               " text=" + json(text).dump() + " logprobs=" + logprobs;
     }
 };
 
@@ -94,7 +96,11 @@ answer ask(int port, const std::string & path, const std::string & body) {
         a.code = e["code"].is_string() ? e["code"].get<std::string>() : "";
         a.message = e["message"].is_string() ? e["message"].get<std::string>() : "";
     } else if (j.contains("choices")) {
-        a.text = j["choices"][0]["text"].get<std::string>();
+        const json & choice = j["choices"][0];
+        a.text = choice.contains("text") ? choice["text"].get<std::string>() : choice["message"]["content"].dump();
+        // Doubles print with the digits that round-trip, so equal text is equal bits.
+        a.logprobs = choice["logprobs"].dump();
+        a.cached_tokens = j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>();
         a.completion_tokens = j["usage"]["completion_tokens"].get<int64_t>();
     }
     return a;
@@ -153,6 +159,15 @@ std::vector<corpus_case> corpus() {
         {"grammar of letters", R"("grammar":"root ::= [a-z]{12,20}","temperature":0.9,"seed":4)", 200},
         {"grammar with a brace", R"("grammar":"root ::= \"{\" [a-z]{10,}","temperature":0.9,"seed":6)", 200},
         {"grammar that does not compile", R"("grammar":"root ::= [a-z")", 400},
+        // Log-probabilities: the same bits on every split (the sampled token's and the
+        // top N, after bias and the grammar's mask); the bound is refused alike.
+        {"logprobs 0", R"("logprobs":0)", 200},
+        {"logprobs 5", R"("logprobs":5)", 200},
+        {"logprobs 20 sampled", R"("logprobs":20,"temperature":0.9,"seed":8)", 200},
+        {"logprobs 20 under a grammar with a bias", R"("logprobs":20,"grammar":"root ::= [a-z]{12,20}","logit_bias":{"5":3})", 200},
+        {"logprobs 21", R"("logprobs":21)", 400},
+        {"logprobs -1", R"("logprobs":-1)", 400},
+        {"logprobs true", R"("logprobs":true)", 400},
     };
 }
 
@@ -184,6 +199,38 @@ TEST_F(TopologyTest, TheCorpusGetsTheSameAnswerOnOneTwoAndThreeStages) {
         for (int n : {2, 3}) {
             EXPECT_EQ(by_stages[n][i].summary(), one.summary()) << cases[i].name << " on " << n << " stages";
         }
+    }
+}
+
+// With the prefix cache on and off, and when the cache serves the prompt, the
+// logprobs of a request are the same bits (on 2 stages).
+TEST_F(TopologyTest, LogprobsAreTheSameBitsWithTheCacheOnAndOff) {
+    const std::string body =
+        R"({"prompt":"Hello there, tell me a story about a cat and a dog and a bird","max_tokens":5,"temperature":0,)"
+        R"("logprobs":4})";
+    std::vector<std::string> seen;
+    for (const char * cache : {"lookup-record", "off"}) {
+        auto s = start_serve(k_binary, {"-m", model_path("m"), "--stages", "2", "-t", "1", "--lanes", "1", "-c", "256",
+                                        "--kv-cache", cache, "--kv-cache-min-tokens", "4"});
+        ASSERT_GT(s.port, 0) << (s.proc ? s.proc->stderr_text() : "did not start");
+        for (int i = 0; i < 2; ++i) {  // the second time from the cache (when on)
+            const answer a = ask(s.port, "/v1/completions", body);
+            ASSERT_EQ(a.status, 200) << a.message;
+            ASSERT_NE(a.logprobs, "null");
+            if (i == 1 && std::string(cache) != "off") EXPECT_GT(a.cached_tokens, 0) << "the cache did not serve the prompt";
+            seen.push_back(a.logprobs);
+        }
+        EXPECT_EQ(s.proc->stop(), 0);
+    }
+    for (const std::string & lp : seen) EXPECT_EQ(lp, seen[0]);
+    const json lp = json::parse(seen[0]);
+    ASSERT_EQ(lp["tokens"].size(), 5u);
+    for (size_t i = 0; i < 5; ++i) {
+        const json & top = lp["top_logprobs"][i];
+        ASSERT_GE(top.size(), 1u);
+        // Greedy: the sampled token is the likeliest (its piece is a key of the top map).
+        ASSERT_TRUE(top.contains(lp["tokens"][i].get<std::string>()));
+        EXPECT_EQ(top[lp["tokens"][i].get<std::string>()], lp["token_logprobs"][i]);
     }
 }
 

@@ -65,7 +65,7 @@ TEST(protocol_golden, StatsBlockWidthsSumToTheBlockSize) {
 TEST(protocol_golden, Hello) {
     const std::string hex =
         "534b5059"   // magic "SKPY"
-        "0400"       // protocol_version 4
+        "0500"       // protocol_version 5
         "0100"       // link_kind 1: forward
         "02000000"   // lane 2
         "01000000"   // sender_stage 1
@@ -84,7 +84,7 @@ TEST(protocol_golden, Hello) {
 TEST(protocol_golden, HelloReply) {
     const std::string hex =
         "534b5059"   // magic "SKPY"
-        "0400"       // protocol_version 4
+        "0500"       // protocol_version 5
         "0400"       // status 4: busy
         "0400"       // reason_len 4
         "62757379";  // "busy"
@@ -189,7 +189,7 @@ TEST(protocol_golden, Stop) {
 
 TEST(protocol_golden, ConfigureGeneration) {
     expect_request_golden(testing::sample_configure_generation(),
-        "e1000000"           // frame_bytes 225 = 140 + 8 tokens + generation 77
+        "e5000000"           // frame_bytes 229 = 140 + 8 tokens + generation 81
         "0500"               // kind 5: configure_generation
         "0100"               // flags: bit 0 (generation config)
         + ids_hex +
@@ -217,7 +217,8 @@ TEST(protocol_golden, ConfigureGeneration) {
         "10000000"           // cache_min_tokens 16
         "0200 6162"          // cache_key "ab"
         "0c000000"           // grammar_len 12
-        "726f6f74203a3a3d202278 22");  // grammar `root ::= "x"`
+        "726f6f74203a3a3d202278 22"  // grammar `root ::= "x"`
+        "03000000");         // n_logprobs 3
 }
 
 TEST(protocol_golden, ProbePrefill) {
@@ -286,13 +287,32 @@ TEST(protocol_golden, Ack) {
 
 TEST(protocol_golden, PredictedToken) {
     expect_reply_golden(testing::sample_replies()[1],
-        "6c000000"           // frame_bytes 108
+        "84000000"           // frame_bytes 132
         "4100"               // kind 65: predicted_token
         "0000"               // flags
         "0807060504030201"   // request_id
         + zero_stats_hex +
         "09000000"           // token 9
-        "02000000");         // decode_step 2
+        "02000000"           // decode_step 2
+        "02000000"           // n_logprobs 2
+        "000000bf"           // logprob -0.5
+        "09000000 000000bf"  // top: token 9, -0.5
+        "04000000 000080bf");// token 4, -1.0
+}
+
+TEST(protocol_golden, PredictedTokenWithoutLogprobs) {
+    reply r = testing::sample_replies()[1];
+    r.logprob = 0.0f;
+    r.top_logprobs.clear();
+    expect_reply_golden(r,
+        "70000000"           // frame_bytes 112
+        "4100"               // kind 65: predicted_token
+        "0000"               // flags
+        "0807060504030201"   // request_id
+        + zero_stats_hex +
+        "09000000"           // token 9
+        "02000000"           // decode_step 2
+        "00000000");         // n_logprobs 0: nothing follows
 }
 
 TEST(protocol_golden, PredictedTokens) {

@@ -42,15 +42,15 @@ TEST(protocol_handshake, WrongOrMissingTokenIsUnauthorizedWithoutEchoingIt) {
 }
 
 TEST(protocol_handshake, OtherVersionIsRefusedWithAHumanReason) {
-    // Versions 1 (kind 9 without an activation), 2 (no steps) and 3 (no grammar), and a
-    // future version alike.
-    for (uint16_t version : {uint16_t{1}, uint16_t{2}, uint16_t{3}, uint16_t{5}}) {
+    // Versions 1 (kind 9 without an activation), 2 (no steps), 3 (no grammar) and 4 (no
+    // logprobs), and a future version alike.
+    for (uint16_t version : {uint16_t{1}, uint16_t{2}, uint16_t{3}, uint16_t{4}, uint16_t{6}}) {
         hello h = testing::sample_hello();
         h.version = version;
         const hello_reply r = decide_hello(h, "abc");
         EXPECT_EQ(r.status, hello_status::version_mismatch);
         EXPECT_EQ(r.version, protocol_version);
-        EXPECT_EQ(r.reason, "peer speaks protocol version " + std::to_string(version) + ", this stage speaks 4");
+        EXPECT_EQ(r.reason, "peer speaks protocol version " + std::to_string(version) + ", this stage speaks 5");
         EXPECT_EQ(refuse_version(version), r);
         EXPECT_TRUE(validate_hello_reply(r, limits).is_ok());
         const status st = check_hello_reply(r);

@@ -53,7 +53,7 @@ TEST(protocol_malformed, HelloFromAnotherVersionIsUnsupportedWithAClearReason) {
     h.version = 1;  // a stage from before kind 9 carried an activation
     const auto bytes = encode_hello(h);
     auto res = decode_hello(bytes, limits);
-    expect_refused(res, "peer speaks protocol version 1, this stage speaks 4", error_code::unsupported);
+    expect_refused(res, "peer speaks protocol version 1, this stage speaks 5", error_code::unsupported);
     expect_refused(peek_hello_length(bytes, limits), "version", error_code::unsupported);
     auto v = peek_hello_version(bytes);
     ASSERT_TRUE(v.is_ok());
@@ -310,7 +310,7 @@ TEST(protocol_malformed, GrammarOverTheLimitIsRefused) {
     auto bytes = encode_request(r);
     patch_u32(bytes, at_generation + 61, 0xffffffffu);
     expect_refused(decode_request(bytes, limits), "grammar_len");
-    patch_u32(bytes, at_generation + 61, 13);
+    patch_u32(bytes, at_generation + 61, 17);  // 12 bytes of grammar and 4 of n_logprobs are left
     expect_refused(decode_request(bytes, limits), "grammar");
     // The grammar's bytes are opaque here: any bytes round-trip (the final stage compiles them).
     request odd = r;
@@ -318,6 +318,48 @@ TEST(protocol_malformed, GrammarOverTheLimitIsRefused) {
     auto back = decode_request(encode_request(odd), limits);
     ASSERT_TRUE(back.is_ok()) << back.error().to_string();
     EXPECT_EQ(*back, odd);
+}
+
+TEST(protocol_malformed, NLogprobsOverTheBoundIsRefused) {
+    request r = testing::sample_configure_generation();
+    r.generation->sampling.n_logprobs = max_logprobs;
+    ASSERT_TRUE(decode_request(encode_request(r), limits).is_ok());
+    r.generation->sampling.n_logprobs = max_logprobs + 1;
+    EXPECT_FALSE(validate_request(r, limits).is_ok());
+    expect_refused(decode_request(encode_request(r), limits), "n_logprobs");
+    auto bytes = encode_request(testing::sample_configure_generation());
+    patch_u32(bytes, at_generation + 77, 0xffffffffu);  // after the 12-byte grammar
+    expect_refused(decode_request(bytes, limits), "n_logprobs");
+}
+
+TEST(protocol_malformed, PredictedTokenLogprobsAreBoundedAndChecked) {
+    const reply good = testing::sample_replies()[1];  // 2 entries
+    ASSERT_TRUE(decode_reply(encode_reply(good), limits).is_ok());
+    // Counts: over the bound, and more than the frame holds.
+    auto bytes = encode_reply(good);
+    patch_u32(bytes, 108, max_logprobs + 1);
+    expect_refused(decode_reply(bytes, limits), "n_logprobs");
+    patch_u32(bytes, 108, 3);
+    expect_refused(decode_reply(bytes, limits), "logprobs");
+    // Values: a positive or NaN logprob, a negative token.
+    auto set = [&](size_t at, uint32_t v) {
+        auto b = encode_reply(good);
+        patch_u32(b, at, v);
+        return b;
+    };
+    expect_refused(decode_reply(set(112, 0x3f800000u), limits), "logprob");        // +1.0
+    expect_refused(decode_reply(set(120, 0x7fc00000u), limits), "top_logprobs.logprob");  // NaN
+    expect_refused(decode_reply(set(116, 0xffffffffu), limits), "top_logprobs.token");    // -1
+    // The encoder's side refuses the same.
+    reply r = good;
+    r.top_logprobs.resize(max_logprobs + 1);
+    EXPECT_FALSE(validate_reply(r, limits).is_ok());
+    r = good;
+    r.logprob = 0.5f;
+    EXPECT_FALSE(validate_reply(r, limits).is_ok());
+    r = good;
+    r.top_logprobs.clear();  // none, yet a logprob
+    EXPECT_FALSE(validate_reply(r, limits).is_ok());
 }
 
 TEST(protocol_malformed, ActivationWidthOverTheLimitOrZeroIsRefused) {

@@ -77,6 +77,9 @@ public:
             case message_kind::predicted_token:
                 r.token = static_cast<int32_t>(pick(1u << 31));
                 r.decode_step = static_cast<uint32_t>(rng_());
+                r.top_logprobs.resize(pick(max_logprobs + 1));
+                if (!r.top_logprobs.empty()) r.logprob = -std::fabs(random_finite());
+                for (auto & e : r.top_logprobs) e = {static_cast<int32_t>(pick(1u << 31)), -std::fabs(random_finite())};
                 break;
             case message_kind::predicted_tokens:
                 r.tokens.resize(1 + pick(30));
@@ -143,6 +146,7 @@ private:
         g.cache_min_tokens = static_cast<uint32_t>(rng_());
         g.cache_key = random_bytes(40);
         s.grammar = random_bytes(60);
+        s.n_logprobs = static_cast<uint32_t>(pick(max_logprobs + 1));
         return g;
     }
 

@@ -105,6 +105,7 @@ inline generation_config sample_generation() {
     g.sampling.penalty_last_n = 64;
     g.sampling.logit_bias = {{13, -1.0f}};
     g.sampling.grammar = "root ::= \"x\"";
+    g.sampling.n_logprobs = 3;
     g.cache_mode = prompt_cache_mode::lookup_record;
     g.cache_min_tokens = 16;
     g.cache_key = "ab";
@@ -179,6 +180,8 @@ inline std::vector<reply> sample_replies() {
     reply one = base_reply(message_kind::predicted_token);
     one.token = 9;
     one.decode_step = 2;
+    one.logprob = -0.5f;
+    one.top_logprobs = {{9, -0.5f}, {4, -1.0f}};
     reply many = base_reply(message_kind::predicted_tokens);
     many.tokens = {5, 6};
     reply err = base_reply(message_kind::error);

@@ -13,8 +13,10 @@ foreach(line IN LISTS lines)
   if(line MATCHES "${PATTERN}[^:]*\\.o(bj)?:")
     math(EXPR n_objects "${n_objects} + 1")
     # DW.ref.* are weak data words the unwinder uses (the exception personality, e.g.
-    # with sanitizers on): data, not code, so no instruction the CPU might lack.
-    if(line MATCHES " [WwVvu] " AND NOT line MATCHES " DW\\.ref\\.")
+    # with sanitizers on), and _ZTI* / _ZTS* are type_info objects and their names (clang's
+    # UBSan emits them for function types, to check indirect calls): data, not code, so no
+    # instruction the CPU might lack.
+    if(line MATCHES " [WwVvu] " AND NOT line MATCHES " (DW\\.ref\\.|_ZT[IS])")
       string(APPEND bad "${line}\n")
     endif()
   endif()

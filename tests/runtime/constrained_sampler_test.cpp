@@ -6,6 +6,7 @@
 #include "grammar/grammar.h"
 #include "runtime/constraint.h"
 #include "runtime/step.h"
+#include "sampling_configs.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -29,12 +30,7 @@ std::shared_ptr<constraint_cache> make_cache() {
 }
 
 sampling_config config(std::string gbnf, float temperature = 0.0f, uint64_t seed = 7) {
-    sampling_config c;
-    c.temperature = temperature;
-    c.top_k = 0;
-    c.top_p = 1.0f;
-    c.min_p = 0.0f;
-    c.seed = seed;
+    sampling_config c = skippy::testing::plain_sampling(temperature, seed);
     c.grammar = std::move(gbnf);
     return c;
 }

@@ -5,6 +5,7 @@
 #include "grammar/grammar.h"
 #include "runtime/constraint.h"
 #include "runtime/step.h"
+#include "sampling_configs.h"
 
 #include <gtest/gtest.h>
 
@@ -19,12 +20,7 @@ namespace skippy {
 namespace {
 
 sampling_config config(float temperature, int32_t n_logprobs, uint64_t seed = 5) {
-    sampling_config c;
-    c.temperature = temperature;
-    c.top_k = 0;
-    c.top_p = 1.0f;
-    c.min_p = 0.0f;
-    c.seed = seed;
+    sampling_config c = skippy::testing::plain_sampling(temperature, seed);
     c.n_logprobs = n_logprobs;
     return c;
 }

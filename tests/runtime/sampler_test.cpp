@@ -1,4 +1,5 @@
 #include "runtime/sampler.h"
+#include "sampling_configs.h"
 
 #include <gtest/gtest.h>
 
@@ -10,15 +11,7 @@ namespace {
 
 std::vector<float> logits_of(std::initializer_list<float> v) { return std::vector<float>(v); }
 
-sampling_config plain(float temperature, uint64_t seed = 1) {
-    sampling_config c;
-    c.temperature = temperature;
-    c.top_k = 0;
-    c.top_p = 1.0f;
-    c.min_p = 0.0f;
-    c.seed = seed;
-    return c;
-}
+sampling_config plain(float temperature, uint64_t seed = 1) { return skippy::testing::plain_sampling(temperature, seed); }
 
 // Draw counts of each token over n samples from fresh copies of `logits`.
 std::map<token_id, int> histogram(sampler & s, const std::vector<float> & logits, int n) {

@@ -149,6 +149,10 @@ TEST_F(chain_process, KillingAMiddleStageFailsTheRequestAndARestartRecovers) {
     EXPECT_EQ(res.error().message().find("stage 2 (return)"), std::string::npos) << res.error().to_string();
     EXPECT_LT(failed_at - killed_at, 5s) << "the issue asks for a clear error within 5 s";
 
+    // Reap the killed stage before reusing its port: the kernel closes a dying process's
+    // listening socket only after unmapping its memory, which under TSan (terabytes of
+    // shadow mappings) can outlast the restart below ("Address already in use").
+    EXPECT_EQ(s1->wait(20000), 128 + 9) << "the killed stage has not exited";
     s1 = start_stage(topo_path, 1);
     auto again = greedy_tokens(**chain, prompt, 8);
     EXPECT_EQ(again, reference) << "the lane is rebuilt after the restart";

@@ -192,9 +192,9 @@ int main(int argc, char ** argv) {
     int n = 0;
     for (const char * g : grammars) write_file(std::filesystem::path(argv[1]) / ("seed-" + std::to_string(n++)), g);
     for (const auto & c : skippy::grammar::testing::schema_corpus()) {
-        write_file(std::filesystem::path(argv[2]) / (std::string("seed-") + c.name), c.schema);
+        write_file(std::filesystem::path(argv[2]) / ("seed-" + c.name), c.schema);
         auto gbnf = gbnf_from_json_schema(std::string_view(c.schema));
-        if (gbnf.is_ok()) write_file(std::filesystem::path(argv[1]) / (std::string("seed-") + c.name), *gbnf);
+        if (gbnf.is_ok()) write_file(std::filesystem::path(argv[1]) / ("seed-" + c.name), *gbnf);
     }
     return 0;
 }

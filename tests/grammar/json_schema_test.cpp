@@ -22,7 +22,7 @@ using testing::ojson;
 using testing::schema_corpus;
 using testing::schema_validator;
 
-grammar_ptr grammar_of(const char * schema_text, const json_schema_options & options = {}) {
+grammar_ptr grammar_of(std::string_view schema_text, const json_schema_options & options = {}) {
     auto gbnf = gbnf_from_json_schema(std::string_view(schema_text), options);
     EXPECT_TRUE(gbnf.is_ok()) << gbnf.error().to_string() << "\n" << schema_text;
     if (!gbnf.is_ok()) return nullptr;
@@ -49,7 +49,7 @@ TEST(JsonSchemaCorpus, ValidDocumentsMatchAndInvalidOnesDoNot) {
         auto  g = grammar_of(c.schema);
         ASSERT_TRUE(g);
         schema_validator validator(schema);
-        for (const char * doc : c.valid) {
+        for (const std::string & doc : c.valid) {
             // The corpus itself: a valid document is valid JSON that validates.
             ojson value = ojson::parse(doc, nullptr, false);
             ASSERT_FALSE(value.is_discarded()) << doc;
@@ -57,7 +57,7 @@ TEST(JsonSchemaCorpus, ValidDocumentsMatchAndInvalidOnesDoNot) {
             ASSERT_TRUE(validator.validate(value, &why)) << doc << ": " << why;
             EXPECT_TRUE(matches(g, doc)) << doc;
         }
-        for (const char * doc : c.invalid) {
+        for (const std::string & doc : c.invalid) {
             ojson value = ojson::parse(doc, nullptr, false);
             if (!value.is_discarded()) {
                 ASSERT_FALSE(validator.validate(value)) << "the corpus calls valid " << doc << " invalid";
@@ -75,7 +75,7 @@ std::vector<std::string> corpus_vocabulary() {
     std::set<std::string> pieces;
     for (int b = 1; b < 256; ++b) pieces.insert(std::string(1, char(b)));
     for (const auto & c : schema_corpus()) {
-        for (const char * doc : c.valid) {
+        for (const std::string & doc : c.valid) {
             std::string d = doc;
             for (size_t len = 2; len <= 6; ++len) {
                 for (size_t i = 0; i + len <= d.size(); i += len - 1) pieces.insert(d.substr(i, len));

@@ -10,7 +10,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <cstring>
 
 namespace skippy::grammar {
 namespace {
@@ -51,7 +50,7 @@ void run_vocabulary(const std::string & name) {
     size_t       n_docs = 0, n_checks = 0;
     for (const auto & c : testing::schema_corpus()) {
         bool wanted = false;
-        for (const char * s : schemas_to_run) wanted = wanted || std::strcmp(s, c.name) == 0;
+        for (const char * s : schemas_to_run) wanted = wanted || c.name == s;
         if (!wanted) continue;
         SCOPED_TRACE(c.name);
         auto gbnf = gbnf_from_json_schema(std::string_view(c.schema));

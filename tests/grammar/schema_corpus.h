@@ -1,191 +1,55 @@
 // JSON schemas with documents that match them (in the converter's shape: properties
-// in schema order, whitespace within the policy) and documents that do not. Used by
-// the grammar tests, and as seeds by fuzz/grammar_fuzz.cpp.
+// in schema order, whitespace within the policy) and documents that do not. The corpus
+// lives in schema_corpus.json, beside this header, so that the C++ grammar tests, the
+// grammar fuzzer's seeds and the Node client tests (tests/http/node) read one list.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <vector>
+
+#ifndef SKIPPY_SCHEMA_CORPUS_FILE
+#error "SKIPPY_SCHEMA_CORPUS_FILE must name tests/grammar/schema_corpus.json (CMake target skippy_schema_corpus)"
+#endif
 
 namespace skippy::grammar::testing {
 
 struct schema_case {
-    const char *              name;
-    const char *              schema;
-    std::vector<const char *> valid;
-    std::vector<const char *> invalid;
+    std::string              name;
+    std::string              schema;  // JSON text, properties in the file's order
+    std::vector<std::string> valid;
+    std::vector<std::string> invalid;
 };
 
+// Loaded once. A missing or malformed file is the test tree's own bug: it aborts with
+// the reason rather than giving every test an empty corpus to pass on.
 inline const std::vector<schema_case> & schema_corpus() {
-    static const std::vector<schema_case> corpus = {
-        {"string", R"({"type": "string"})",
-         {R"("hello")", R"("")", R"("esc \" \\ \/ \b \f \n \r \t \u00e9 \ud83d\ude00")", R"("日本語 😀")"},
-         {"42", R"("unterminated)", R"("bad \x escape")", R"("lone \ud800")", "\"raw\nnewline\""}},
-        {"integer", R"({"type": "integer"})",
-         {"0", "-12", "1234567890", "-0"},
-         {"1.5", "01", "-", R"("1")", "2.5e-1"}},
-        {"number", R"({"type": "number"})",
-         {"3.14", "-0.5e10", "0", "1E+3", "2.5e-7"},
-         {"1.", ".5", "+1", "1e", "NaN", "0x10"}},
-        {"boolean", R"({"type": "boolean"})", {"true", "false"}, {"True", "1", "\"true\""}},
-        {"null", R"({"type": "null"})", {"null"}, {"nul", "0", "\"null\""}},
-        {"type-list", R"({"type": ["string", "null"]})", {R"("a")", "null"}, {"1", "false"}},
-        {"enum-mixed", R"({"enum": ["red", "green", 42, null, true]})",
-         {R"("red")", "42", "null", "true"},
-         {R"("blue")", "43", "false", R"("Red")"}},
-        {"enum-escapes", R"({"enum": ["a\"b", "c\\d", "line\nbreak", "é"]})",
-         {R"("a\"b")", R"("c\\d")", R"("line\nbreak")", R"("é")"},
-         {R"("ab")", R"("c\\d ")"}},
-        {"const-object", R"({"const": {"a": [1, 2], "b": "x"}})",
-         {R"({"a":[1,2],"b":"x"})"},
-         {R"({"a":[1],"b":"x"})", R"({"a":[1,2],"b":"y"})"}},
-        {"object-required-optional",
-         R"({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
-             "required": ["name"], "additionalProperties": false})",
-         {R"({"name":"bob"})", R"({"name": "bob", "age": 3})", "{\n  \"name\": \"x\",\n  \"age\": 1\n}",
-          R"({ "name" : "b" })"},
-         {"{}", R"({"age":3})", R"({"name":"b","extra":1})", R"({"name":1})", R"({"name":"b",})"}},
-        {"object-all-optional",
-         R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"},
-             "c": {"type": "integer"}}, "additionalProperties": false})",
-         {"{}", R"({"b":1})", R"({"a":1,"c":3})", R"({"a":1,"b":2,"c":3})", R"({"c":3})"},
-         {R"({"a":1,})", R"({,"a":1})", R"({"d":1})", R"({"a":"x"})"}},
-        {"object-required-after-optional",
-         R"({"type": "object", "properties": {"opt": {"type": "boolean"}, "req": {"type": "null"}},
-             "required": ["req"], "additionalProperties": false})",
-         {R"({"req":null})", R"({"opt":true,"req":null})"},
-         {R"({"opt":true})", "{}"}},
-        {"nested-objects",
-         R"({"type": "object", "properties": {"user": {"type": "object", "properties": {
-               "id": {"type": "integer"},
-               "profile": {"type": "object", "properties": {"email": {"type": "string"}},
-                           "required": ["email"], "additionalProperties": false}},
-             "required": ["id", "profile"], "additionalProperties": false}},
-             "required": ["user"], "additionalProperties": false})",
-         {R"({"user":{"id":7,"profile":{"email":"a@b.c"}}})",
-          "{\"user\": {\n    \"id\": 7,\n    \"profile\": {\"email\": \"\"}\n  }\n}"},
-         {R"({"user":{"id":7,"profile":{}}})", R"({"user":{"id":7}})"}},
-        {"array-integers",
-         R"({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3})",
-         {"[1]", "[1, 2, 3]", "[ -1 ]"},
-         {"[]", "[1,2,3,4]", R"([1,"a"])", "[1,]"}},
-        {"array-of-objects",
-         R"({"type": "array", "items": {"type": "object", "properties": {"k": {"type": "string"}, "v": {"type": "number"}},
-             "required": ["k", "v"], "additionalProperties": false}})",
-         {"[]", R"([{"k":"a","v":1},{"k":"b","v":2.5}])"},
-         {R"([{"k":"a"}])", R"([{"k":1,"v":1}])"}},
-        {"tuple-closed",
-         R"({"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "items": false})",
-         {R"(["a",1])", R"(["a"])", "[]"},
-         {R"([1,"a"])", R"(["a",1,2])"}},
-        {"tuple-open",
-         R"({"type": "array", "prefixItems": [{"const": "cmd"}], "items": {"type": "number"}, "minItems": 2})",
-         {R"(["cmd",1])", R"(["cmd",1,2.5,-3])"},
-         {R"(["cmd"])", R"(["x",1])", R"(["cmd","1"])"}},
-        {"string-lengths", R"({"type": "string", "minLength": 2, "maxLength": 4})",
-         {R"("ab")", R"("abcd")", R"("é日")", R"("\n\t")", R"("\ud83d\ude00x")"},
-         {R"("a")", R"("abcde")", R"("")"}},
-        {"pattern-anchored", R"({"type": "string", "pattern": "^[0-9]{3}-[0-9]{4}$"})",
-         {R"("555-1234")"},
-         {R"("5551234")", R"("555-12345")", R"("x555-1234")"}},
-        {"pattern-unanchored", R"({"type": "string", "pattern": "ab+c"})",
-         {R"("xxabbbcyy")", R"("abc")", R"("\nabc\"")"},
-         {R"("ac")", R"("")"}},
-        {"pattern-alternation", R"({"type": "string", "pattern": "^(cat|dog)s?\\.[a-z]{2,3}$"})",
-         {R"("cats.com")", R"("dog.io")"},
-         {R"("cow.com")", R"("cat.c")", R"("cat.comm")"}},
-        {"pattern-escapes", R"({"type": "string", "pattern": "^\\w+@\\w+\\.\\w{2,}$"})",
-         {R"("joe@site.com")", R"("a_1@b2.xyz")"},
-         {R"("joe@site")", R"("jo e@site.com")"}},
-        {"pattern-negated-class", R"({"type": "string", "pattern": "^[^,]*(,[^,]*)?$"})",
-         {R"("a b")", R"("x,y")", R"(",")", R"("q\"uote")"},
-         {R"("a,b,c")"}},
-        {"format-date", R"({"type": "string", "format": "date"})",
-         {R"("2024-02-29")", R"("2023-12-31")", R"("2000-02-29")", R"("1999-04-30")"},
-         {R"("2023-02-29")", R"("1900-02-29")", R"("2024-13-01")", R"("2024-04-31")", R"("2024-1-01")"}},
-        {"format-time", R"({"type": "string", "format": "time"})",
-         {R"("23:59:59Z")", R"("08:30:00.123+02:00")", R"("00:00:00-12:30")"},
-         {R"("24:00:00Z")", R"("08:30:00")", R"("08:60:00Z")"}},
-        {"format-date-time", R"({"type": "string", "format": "date-time"})",
-         {R"("2024-01-15T10:30:00Z")", R"("2024-02-29T23:59:59.5+05:30")"},
-         {R"("2024-01-15 10:30:00Z")", R"("2024-01-15T10:30Z")"}},
-        {"format-uuid", R"({"type": "string", "format": "uuid"})",
-         {R"("123e4567-e89b-12d3-a456-426614174000")", R"("ABCDEF01-2345-6789-abcd-ef0123456789")"},
-         {R"("123e4567-e89b-12d3-a456-42661417400")", R"("123e4567e89b12d3a456426614174000")"}},
-        {"integer-range", R"({"type": "integer", "minimum": -5, "maximum": 120})",
-         {"-5", "0", "99", "120", "7", "-1"},
-         {"-6", "121", "1000", "-0005"}},
-        {"integer-minimum", R"({"type": "integer", "minimum": 10})",
-         {"10", "11", "99999", "123456789"},
-         {"9", "-10", "0"}},
-        {"integer-exclusive", R"({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10})",
-         {"1", "9", "5"},
-         {"0", "10", "-1"}},
-        {"integer-maximum-negative", R"({"type": "integer", "maximum": -10})",
-         {"-10", "-11", "-1000"},
-         {"-9", "0", "5"}},
-        {"any-of", R"({"anyOf": [{"type": "string"}, {"type": "integer", "minimum": 0}]})",
-         {R"("x")", "5", "0"},
-         {"-1", "true", "1.5"}},
-        {"one-of-discriminated",
-         R"({"oneOf": [
-               {"type": "object", "properties": {"kind": {"const": "circle"}, "r": {"type": "number"}},
-                "required": ["kind", "r"], "additionalProperties": false},
-               {"type": "object", "properties": {"kind": {"const": "rect"}, "w": {"type": "number"}, "h": {"type": "number"}},
-                "required": ["kind", "w", "h"], "additionalProperties": false}]})",
-         {R"({"kind":"circle","r":1.5})", R"({"kind":"rect","w":1,"h":2})"},
-         {R"({"kind":"circle","w":1,"h":2})", R"({"kind":"square","r":1})"}},
-        {"ref-defs",
-         R"({"$defs": {"point": {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
-                                 "required": ["x", "y"], "additionalProperties": false}},
-             "type": "object", "properties": {"from": {"$ref": "#/$defs/point"}, "to": {"$ref": "#/$defs/point"}},
-             "required": ["from", "to"], "additionalProperties": false})",
-         {R"({"from":{"x":0,"y":1},"to":{"x":2.5,"y":-3}})"},
-         {R"({"from":{"x":0},"to":{"x":2,"y":3}})", R"({"from":{"x":0,"y":1}})"}},
-        {"ref-recursive-tree",
-         R"({"definitions": {"node": {"type": "object", "properties": {
-               "value": {"type": "integer"},
-               "children": {"type": "array", "items": {"$ref": "#/definitions/node"}}},
-             "required": ["value"], "additionalProperties": false}},
-             "$ref": "#/definitions/node"})",
-         {R"({"value":1})", R"({"value":1,"children":[{"value":2},{"value":3,"children":[{"value":4,"children":[]}]}]})"},
-         {R"({"value":1,"children":[{}]})", R"({"children":[]})"}},
-        {"ref-to-root",
-         R"({"type": "object", "properties": {"name": {"type": "string"}, "next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}},
-             "required": ["name", "next"], "additionalProperties": false})",
-         {R"({"name":"a","next":null})", R"({"name":"a","next":{"name":"b","next":null}})"},
-         {R"({"name":"a","next":{"name":"b"}})"}},
-        {"all-of-merge",
-         R"({"allOf": [{"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]},
-                       {"properties": {"b": {"type": "integer"}}, "required": ["b"]}]})",
-         {R"({"a":"x","b":1})"},
-         {R"({"a":"x"})", R"({"b":1})"}},
-        {"additional-properties-schema",
-         R"({"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"],
-             "additionalProperties": {"type": "string"}})",
-         {R"({"id":1})", R"({"id":1,"x":"a","idx":"b","i":"c","":"d"})"},
-         {R"({"id":1,"x":2})", R"({"id":1,"id":"dup"})", R"({"x":"a"})"}},
-        {"free-form-map", R"({"type": "object", "additionalProperties": {"type": "integer"}})",
-         {"{}", R"({"a":1,"b":2})", R"({"key with \"quote\"":3})"},
-         {R"({"a":"x"})", "[]"}},
-        {"any-object", R"({"type": "object", "additionalProperties": true})",
-         {R"({"a":[1,{"b":null}],"c":"d"})", "{}"},
-         {"[]", R"("x")"}},
-        {"empty-schema", "{}",
-         {"1", R"([true, {"x": []}])", R"("s")", "null"},
-         {"tru", "[1,]", "{\"a\"}"}},
-        {"nested-arrays",
-         R"({"type": "array", "items": {"type": "array", "items": {"type": "boolean"}, "maxItems": 2}})",
-         {"[[true],[false,true],[]]", "[]"},
-         {"[[true,true,true]]", "[[1]]"}},
-        {"tool-call-arguments",
-         R"({"type": "object", "properties": {
-               "location": {"type": "string", "minLength": 1, "description": "City"},
-               "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-               "days": {"type": "integer", "minimum": 1, "maximum": 14}},
-             "required": ["location", "unit"], "additionalProperties": false, "title": "get_weather"})",
-         {R"({"location":"Paris","unit":"celsius"})", R"({"location": "Oslo", "unit": "fahrenheit", "days": 14})"},
-         {R"({"location":"","unit":"celsius"})", R"({"location":"P","unit":"kelvin"})",
-          R"({"location":"P","unit":"celsius","days":15})"}},
-    };
+    static const std::vector<schema_case> corpus = [] {
+        using ojson = nlohmann::ordered_json;
+        std::ifstream in(SKIPPY_SCHEMA_CORPUS_FILE, std::ios::binary);
+        std::ostringstream text;
+        text << in.rdbuf();
+        const ojson all = ojson::parse(text.str(), nullptr, false);
+        if (!in || !all.is_array() || all.empty()) {
+            std::fprintf(stderr, "schema corpus: cannot read a JSON array from %s\n", SKIPPY_SCHEMA_CORPUS_FILE);
+            std::abort();
+        }
+        std::vector<schema_case> out;
+        for (const ojson & e : all) {
+            schema_case c;
+            c.name = e.at("name").get<std::string>();
+            c.schema = e.at("schema").dump();
+            for (const ojson & d : e.at("valid")) c.valid.push_back(d.get<std::string>());
+            for (const ojson & d : e.at("invalid")) c.invalid.push_back(d.get<std::string>());
+            out.push_back(std::move(c));
+        }
+        return out;
+    }();
     return corpus;
 }
 

@@ -505,14 +505,16 @@ status disk_tier::write_file(const std::string & final_path, std::span<const std
 // ---------------------------------------------------------------------------------
 // Lookups
 
-int64_t disk_tier::restorable_end_locked(const digest256 & ns, std::span<const token_id> tokens, int64_t & matched) const {
+int64_t disk_tier::restorable_end_locked(const digest256 & ns, std::span<const token_id> tokens, int64_t & matched,
+                                          entry_id * serving) const {
     const match_result m = index_.peek(ns, tokens, entry_kind::disk);
     matched = m.matched_tokens;
-    // Pages of any entry end at multiples of the page size, so the longest shared
-    // prefix serves its whole pages; a stored prompt on the query's path serves whole.
-    const int64_t aligned = m.matched_tokens / config_.page_tokens * config_.page_tokens;
-    const int64_t whole = index_.peek_checkpoint(ns, tokens, entry_kind::disk).matched_tokens;
-    return std::max(aligned, whole);
+    if (serving) *serving = m.id;
+    // The entry serving the match holds pages covering all its tokens, and the KV of a
+    // token depends only on the tokens before it: its pages through the one holding the
+    // last shared token, the last cut on import, restore the whole shared prefix.
+    if (m.id == no_entry || !entries_.contains(m.id)) return 0;
+    return m.matched_tokens;
 }
 
 tier_peek_result disk_tier::peek(const tier_peek_request & req) {
@@ -531,23 +533,21 @@ bool disk_tier::holds(const digest256 & ns, std::span<const token_id> tokens) co
 tier_restore_result disk_tier::restore(const tier_restore_request & req) {
     tier_restore_result r;
     const int64_t n = req.n_tokens;
-    // The pages: [0, P), [P, 2P), ... up to the one covering n; the last ends at a page
-    // boundary or where a stored prompt ends.
     std::vector<page_ref> plan;
     {
         std::lock_guard<std::mutex> lock(mutex_);
         int64_t matched = 0;
-        const int64_t end = restorable_end_locked(req.ns.hash, req.tokens, matched);
+        entry_id serving = no_entry;
+        const int64_t end = restorable_end_locked(req.ns.hash, req.tokens, matched, &serving);
         if (n <= 0 || end < n) {
             r.error = error_code::not_found;
             return r;
         }
-        for (int64_t start = 0; start < n; start += config_.page_tokens) {
-            const int64_t stop = std::min(start + config_.page_tokens, end);
-            page_ref p;
-            p.key = prefix_hash(req.ns, req.tokens.first(static_cast<size_t>(stop)));
-            p.token_start = start;
-            p.token_count = stop - start;
+        // The serving entry's pages through the one covering token n - 1. Those before
+        // the last hold only shared tokens (their keys are the query's prefix hashes); the
+        // last may run past n, and the importer keeps [0, n).
+        for (const page_ref & p : entries_.at(serving).pages) {
+            if (p.token_start >= n) break;
             auto it = pages_.find(p.key);
             if (it == pages_.end() || it->second.gone) {
                 for (const page_ref & q : plan) release_page_locked(q.key);
@@ -556,7 +556,6 @@ tier_restore_result disk_tier::restore(const tier_restore_request & req) {
                 return r;
             }
             ++it->second.refs;  // pinned while read
-            p.file_bytes = it->second.bytes;
             plan.push_back(p);
         }
         // Recency: the entry that served the match.

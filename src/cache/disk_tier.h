@@ -10,9 +10,9 @@
 //
 // A page file is named by its page key, the prefix hash of every token its KV depends
 // on, so prompts sharing a prefix share its page files, and a restore reads the files
-// named by the query's own prefix hashes: it serves the longest page-aligned prefix
-// the query shares with anything stored (or a whole stored prompt on its path), not
-// only whole stored prompts.
+// named by the query's own prefix hashes. A restore serves the longest prefix the
+// query shares with any stored prompt, not only whole stored prompts: that prompt's
+// pages through the one holding the last shared token, the last cut on import.
 //
 // Crash safety: a file appears under its final name only complete and fsynced (tmp,
 // fsync, rename, fsync of the directory); an entry's manifest only after all its
@@ -154,8 +154,10 @@ private:
 
     explicit disk_tier(const disk_tier_config & config);
     status recover();
-    // The longest restorable end for the query (0: none), under the lock.
-    int64_t restorable_end_locked(const digest256 & ns, std::span<const token_id> tokens, int64_t & matched) const;
+    // The longest restorable end for the query (0: none), under the lock; `serving` (if
+    // given) gets the entry whose pages serve it.
+    int64_t restorable_end_locked(const digest256 & ns, std::span<const token_id> tokens, int64_t & matched,
+                                  entry_id * serving = nullptr) const;
     void drop_entry_locked(entry_id id, bool evicted);
     void drop_entries_with_page_locked(const digest256 & key);
     void quarantine_locked(const std::string & path, const std::string & name, int64_t bytes);

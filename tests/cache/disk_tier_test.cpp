@@ -77,7 +77,7 @@ struct disk_fixture : ::testing::Test {
     }
 };
 
-TEST_F(disk_fixture, AStoredPromptSurvivesARestartAndServesTheLongestAlignedSharedPrefix) {
+TEST_F(disk_fixture, AStoredPromptSurvivesARestartAndServesTheLongestSharedPrefix) {
     const toks a = run_of(10, 10);  // pages [0,4) [4,8) [8,10)
     {
         auto t = open();
@@ -89,11 +89,12 @@ TEST_F(disk_fixture, AStoredPromptSurvivesARestartAndServesTheLongestAlignedShar
     EXPECT_EQ(t->disk_stats().n_recovered_entries, 1);
     EXPECT_EQ(t->disk_stats().n_pages, 3);
     check(*t);
-    // A different query sharing 6 tokens: the whole first page pair? no: 4 (page aligned).
+    // A different query sharing 6 tokens: all 6, from a's pages [0,4) and [4,8) (the
+    // importer keeps [0, 6) of the second).
     const toks shares6 = concat(toks(a.begin(), a.begin() + 6), run_of(900, 6));
-    EXPECT_EQ(restorable(*t, shares6), 4);
-    // The stored prompt minus its last token: 8 (two whole pages), not 9.
-    EXPECT_EQ(restorable(*t, toks(a.begin(), a.end() - 1)), 8);
+    EXPECT_EQ(restorable(*t, shares6), 6);
+    // The stored prompt minus its last token: 9.
+    EXPECT_EQ(restorable(*t, toks(a.begin(), a.end() - 1)), 9);
     // A query extending the stored prompt: the whole stored prompt is on its path.
     const toks longer = concat(a, run_of(500, 7));
     EXPECT_EQ(restorable(*t, longer), 10);
@@ -101,9 +102,10 @@ TEST_F(disk_fixture, AStoredPromptSurvivesARestartAndServesTheLongestAlignedShar
     EXPECT_EQ(restorable(*t, run_of(11, 10)), 0);  // shares nothing
 
     checking_importer imp;
-    ASSERT_EQ(restore(*t, shares6, 4, imp).error, error_code::ok);
-    EXPECT_EQ(imp.last_pages.size(), 1u);
-    EXPECT_TRUE(imp.pages_match(ns, shares6, k_payload));
+    ASSERT_EQ(restore(*t, shares6, 6, imp).error, error_code::ok);
+    EXPECT_EQ(imp.last_pages.size(), 2u);
+    EXPECT_EQ(imp.last_tokens, 6);
+    EXPECT_TRUE(imp.pages_match(ns, a, k_payload)) << "the stored prompt's own pages";
     ASSERT_EQ(restore(*t, longer, 10, imp).error, error_code::ok);
     EXPECT_EQ(imp.last_pages.size(), 3u);
     EXPECT_TRUE(imp.pages_match(ns, longer, k_payload));

@@ -69,7 +69,7 @@ enum class record_outcome : uint8_t {
     recorded,        // full_prefill_record: at least one tier took (or queued) it
     skipped_cached,  // record_skipped_cached: every enabled tier already serves it
     skipped_short,   // record_skipped_short: fewer than min_tokens (or broken accumulation)
-    skipped,         // record_skipped: no tier could take it (entry cap, worker busy)
+    skipped,         // record_skipped: no tier could take it (entry cap, worker stopping)
     error,           // record_error
     unsupported,     // nonzero_token_start_unsupported
 };

@@ -9,7 +9,7 @@ record_worker::record_worker()
     : thread_([this] {
           // Records are background work: they run only on cores no request needs
           // (SCHED_IDLE), so hashing and copying pages never delays a token. Under
-          // constant load a record waits, and the next ones are skipped as busy.
+          // constant load a record waits, and newer ones supersede it.
           sched_param param {};
           (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &param);
           run();
@@ -27,17 +27,21 @@ record_worker::~record_worker() {
     thread_.join();
 }
 
-bool record_worker::try_submit(std::function<void()> job) {
+bool record_worker::submit(std::function<void()> job) {
+    std::function<void()> dropped;  // destroyed outside the lock, with its captures
     {
         std::lock_guard<std::mutex> lock(mutex_);
-        if (!stop_ && !running_ && !job_) {
+        if (stop_) {
+            ++stats_.n_refused;
+            dropped = std::move(job);
+        } else {
+            if (job_) ++stats_.n_superseded;
+            dropped = std::move(job_);
             job_ = std::move(job);
             wake_.notify_one();
             return true;
         }
-        ++stats_.n_skipped;
     }
-    job = nullptr;  // the dropped job's captures go here, outside the lock
     return false;
 }
 

@@ -1,9 +1,11 @@
-// One background thread for exact-state records, with a queue of one
-// (DESIGN §6: records are skipped, not waited for, when the worker is busy).
+// One background thread for exact-state records, with a running job and one pending
+// slot (DESIGN §6: records are never waited for).
 //
-// try_submit hands a job over only when no job is pending or running; otherwise the
-// job is dropped at once (destroyed on the caller's thread) and counted. A request
-// therefore never waits for a record.
+// submit hands a job over at once: it runs next, or, while a job runs, waits in the
+// pending slot. A job submitted while another is pending supersedes it: the older
+// one is dropped (destroyed on the caller's thread, counted). The newest record is
+// the one a conversation's next turn needs (the record at Stop extends the one after
+// the prompt), and the memory a record holds is bounded by two jobs.
 #pragma once
 
 #include <condition_variable>
@@ -15,8 +17,9 @@
 namespace skippy::cache {
 
 struct record_worker_stats {
-    int64_t n_run = 0;      // jobs completed
-    int64_t n_skipped = 0;  // jobs dropped because the worker was busy
+    int64_t n_run = 0;          // jobs completed
+    int64_t n_superseded = 0;   // pending jobs dropped for a newer one
+    int64_t n_refused = 0;      // jobs submitted while the worker stops
 };
 
 class record_worker {
@@ -27,8 +30,9 @@ public:
     record_worker(const record_worker &) = delete;
     record_worker & operator=(const record_worker &) = delete;
 
-    // true: the job will run on the worker. false: busy, the job was dropped.
-    bool try_submit(std::function<void()> job);
+    // true: the job will run, unless a newer one supersedes it while it waits.
+    // false only while the worker stops: the job was dropped.
+    bool submit(std::function<void()> job);
 
     bool busy() const;
     // Blocks until no job is pending or running (tests, orderly shutdown).

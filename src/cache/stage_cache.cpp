@@ -682,30 +682,57 @@ record_result stage_cache::record_tokens(const record_request & req, std::span<c
     page_state(redis_tier_.get(), r.redis, wants.redis);
 
     const page_wants asked = wants;
-    std::shared_ptr<block_snapshot> snapshot;
-    std::function<void()> hook;
+    std::unique_ptr<pending_record> job;
     bool blocks_failed = false;
     if (wants.any()) {
         std::lock_guard<std::mutex> lock(mutex_);
-        if (worker_.busy()) {
-            // skipped, not waited for
-        } else if (auto blocks = backend_.session_blocks(session, n); blocks.is_ok()) {
-            snapshot = std::make_shared<block_snapshot>(backend_, std::move(*blocks));
-            hook = record_hook_;
+        if (auto blocks = backend_.session_blocks(session, n); blocks.is_ok()) {
+            job = std::make_unique<pending_record>();
+            job->ns = ns;
+            job->tokens.assign(tokens.begin(), tokens.end());
+            job->snapshot = std::make_shared<block_snapshot>(backend_, std::move(*blocks));
+            job->wants = wants;
+            job->hook = record_hook_;
         } else {
             r.error = blocks.error().code();
             blocks_failed = true;
         }
     }
     bool queued = false;
-    if (snapshot) {
-        // Outside the lock: a dropped job releases its snapshot on this thread.
-        queued = worker_.try_submit(
-            [this, ns, copy = std::vector<token_id>(tokens.begin(), tokens.end()), snapshot, hook, wants]() {
-                if (hook) hook();
-                run_record_job(ns, copy, snapshot->blocks, wants);
-            });
-        snapshot.reset();  // a queued job holds its own reference
+    if (job) {
+        // Never waited for: the record waits in the one pending slot, replacing a record
+        // still waiting there. When it extends that one (same namespace, its tokens a
+        // prefix), it takes the shorter one along as a checkpoint: a conversation's
+        // prompt and its prompt plus answer are both stored (the exact-state tier serves
+        // only whole entries), from the newer, larger snapshot.
+        std::unique_ptr<pending_record> replaced;  // released outside the lock
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (pending_record_) {
+                const std::vector<token_id> & older = pending_record_->tokens;
+                const bool extends = pending_record_->ns.hash == ns.hash && older.size() < job->tokens.size() &&
+                                     std::equal(older.begin(), older.end(), job->tokens.begin());
+                if (extends) {
+                    job->checkpoints = std::move(pending_record_->checkpoints);
+                    job->checkpoints.push_back(static_cast<int64_t>(older.size()));
+                    job->wants.exact = job->wants.exact || pending_record_->wants.exact;
+                    job->wants.disk = job->wants.disk || pending_record_->wants.disk;
+                    job->wants.redis = job->wants.redis || pending_record_->wants.redis;
+                    ++n_records_merged_;
+                } else {
+                    ++n_records_superseded_;
+                }
+                replaced = std::move(pending_record_);
+            }
+            pending_record_ = std::move(job);
+        }
+        replaced.reset();
+        queued = worker_.submit([this] { run_pending_record(); });
+        if (!queued) {  // the worker is stopping
+            std::unique_ptr<pending_record> dropped;
+            std::lock_guard<std::mutex> lock(mutex_);
+            dropped = std::move(pending_record_);
+        }
     }
     auto settle = [&](bool was_asked, page_record_state & state) {
         if (!was_asked) return;
@@ -741,8 +768,26 @@ record_result stage_cache::record_tokens(const record_request & req, std::span<c
     return finish(record_outcome::skipped);
 }
 
+void stage_cache::run_pending_record() {
+    std::unique_ptr<pending_record> job;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        job = std::move(pending_record_);
+    }
+    if (!job) return;  // taken by an earlier run (each submit queues one of these)
+    if (job->hook) job->hook();
+    const std::vector<kv_block_id> & blocks = job->snapshot->blocks;
+    const int32_t block_tokens = backend_.block_tokens();
+    for (const int64_t n : job->checkpoints) {
+        const std::vector<token_id> prefix(job->tokens.begin(), job->tokens.begin() + n);
+        const size_t n_blocks = static_cast<size_t>((n + block_tokens - 1) / block_tokens);
+        run_record_job(job->ns, prefix, std::span<const kv_block_id>(blocks).first(n_blocks), job->wants);
+    }
+    run_record_job(job->ns, job->tokens, blocks, job->wants);
+}
+
 void stage_cache::run_record_job(const cache_namespace & ns, const std::vector<token_id> & tokens,
-                                 const std::vector<kv_block_id> & blocks, page_wants wants) {
+                                 std::span<const kv_block_id> blocks, page_wants wants) {
     // Export without the lock: the snapshot's references keep the blocks unchanged
     // (a session writing on copies a shared block first).
     auto pages = export_pages(ns, tokens, blocks);
@@ -866,6 +911,8 @@ stage_cache_stats stage_cache::stats() const {
         s.n_demotions = n_demotions_;
         s.n_records_queued = n_records_queued_;
         s.n_records_skipped_busy = n_records_skipped_busy_;
+        s.n_records_superseded = n_records_superseded_;
+        s.n_records_merged = n_records_merged_;
         s.n_records_stored = n_records_stored_;
         s.n_records_failed = n_records_failed_;
         s.n_quarantines = n_quarantines_;

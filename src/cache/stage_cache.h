@@ -137,6 +137,7 @@ struct record_request {
 };
 
 // What a record did in a tier that stores pages (exact state, disk, Redis).
+// skipped_busy: the record worker was stopping (a running worker always takes a record).
 enum class exact_record_state : uint8_t { off, queued, present, skipped_busy, error };
 using page_record_state = exact_record_state;
 std::string_view exact_record_state_name(exact_record_state s);
@@ -180,7 +181,13 @@ struct stage_cache_stats {
     record_worker_stats worker;
     int64_t n_demotions = 0;         // resident entries exported into the exact tier on eviction
     int64_t n_records_queued = 0;    // exact-state records handed to the worker
-    int64_t n_records_skipped_busy = 0;
+    int64_t n_records_skipped_busy = 0;  // the worker was stopping
+    // A record still waiting for the worker when a newer one came: the newer one
+    // replaces it (superseded), or, when it extends the waiting one's tokens on the
+    // same namespace (the record at Stop after the one after the prompt), takes it
+    // along as a checkpoint and stores both (merged).
+    int64_t n_records_superseded = 0;
+    int64_t n_records_merged = 0;
     int64_t n_records_stored = 0;    // exact-state records the worker stored
     int64_t n_records_failed = 0;    // export failed or the tier refused them
     int64_t n_quarantines = 0;
@@ -300,7 +307,18 @@ private:
     result<std::vector<page_bytes>> export_pages(const cache_namespace & ns, std::span<const token_id> tokens,
                                                  std::span<const kv_block_id> blocks) const;
     void run_record_job(const cache_namespace & ns, const std::vector<token_id> & tokens,
-                        const std::vector<kv_block_id> & blocks, page_wants wants);
+                        std::span<const kv_block_id> blocks, page_wants wants);
+    // A record waiting for the worker (one at most, the newest; see record()).
+    struct pending_record {
+        cache_namespace                 ns;
+        std::vector<token_id>           tokens;
+        std::shared_ptr<block_snapshot> snapshot;     // blocks holding tokens
+        page_wants                      wants;
+        std::vector<int64_t>            checkpoints;  // shorter prefixes recorded first, ascending
+        std::function<void()>           hook;
+    };
+    // On the worker: takes the pending record, if any, and stores it.
+    void run_pending_record();
     void emit(const telemetry::event & ev) const;
     void emit(const decision_event & ev) const;
     bool lookups_enabled() const { return config_.mode == cache_mode::lookup_record; }
@@ -327,12 +345,15 @@ private:
     std::unordered_map<int32_t, look_ledger>                looks_;
     cache_counters                                          totals_;
     std::function<void()>                                   record_hook_;
+    std::unique_ptr<pending_record>                         pending_record_;
     std::array<int64_t, n_cache_tiers>                      n_look_hits_{};
     std::array<int64_t, n_cache_tiers>                      n_look_misses_{};
     std::array<int64_t, n_cache_tiers>                      n_restores_{};
     int64_t n_demotions_ = 0;
     int64_t n_records_queued_ = 0;
     int64_t n_records_skipped_busy_ = 0;
+    int64_t n_records_superseded_ = 0;
+    int64_t n_records_merged_ = 0;
     int64_t n_records_stored_ = 0;
     int64_t n_records_failed_ = 0;
     int64_t n_quarantines_ = 0;

@@ -1,4 +1,5 @@
-// Record worker: a queue of one; busy means skipped, never waited for.
+// Record worker: one running job and one pending slot, where the newest job supersedes;
+// never waited for.
 // Synchronization is by promises the test controls, never by sleeping.
 #include "cache/record_worker.h"
 
@@ -14,18 +15,19 @@ namespace {
 TEST(record_worker, RunsASubmittedJob) {
     record_worker w;
     std::atomic<int> ran{0};
-    ASSERT_TRUE(w.try_submit([&] { ++ran; }));
+    ASSERT_TRUE(w.submit([&] { ++ran; }));
     w.wait_idle();
     EXPECT_EQ(ran.load(), 1);
     EXPECT_EQ(w.stats().n_run, 1);
     EXPECT_FALSE(w.busy());
 }
 
-TEST(record_worker, SkipsWhileAJobRuns) {
+TEST(record_worker, WhileAJobRunsTheNewestSubmittedJobWaitsAndSupersedesOlderOnes) {
     record_worker w;
     std::promise<void> started, release;
     std::shared_future<void> release_f = release.get_future().share();
-    ASSERT_TRUE(w.try_submit([&, release_f] {
+    std::atomic<int> ran_second{0}, ran_third{0};
+    ASSERT_TRUE(w.submit([&, release_f] {
         started.set_value();
         release_f.wait();
     }));
@@ -33,15 +35,18 @@ TEST(record_worker, SkipsWhileAJobRuns) {
     EXPECT_TRUE(w.busy());
     auto capture = std::make_shared<int>(1);
     std::weak_ptr<int> watch = capture;
-    EXPECT_FALSE(w.try_submit([capture] {}));  // skipped at once
+    EXPECT_TRUE(w.submit([capture, &ran_second] { ++ran_second; }));  // pending, returns at once
     capture.reset();
-    EXPECT_TRUE(watch.expired());  // the dropped job's captures are gone already
-    EXPECT_EQ(w.stats().n_skipped, 1);
+    EXPECT_FALSE(watch.expired()) << "the pending job keeps its captures";
+    EXPECT_TRUE(w.submit([&] { ++ran_third; }));  // supersedes the pending one
+    EXPECT_TRUE(watch.expired()) << "the superseded job's captures are gone already";
+    EXPECT_EQ(w.stats().n_superseded, 1);
     release.set_value();
     w.wait_idle();
-    EXPECT_TRUE(w.try_submit([] {}));
-    w.wait_idle();
+    EXPECT_EQ(ran_second.load(), 0);
+    EXPECT_EQ(ran_third.load(), 1);
     EXPECT_EQ(w.stats().n_run, 2);
+    EXPECT_FALSE(w.busy());
 }
 
 TEST(record_worker, DestructorLetsARunningJobFinish) {
@@ -49,7 +54,7 @@ TEST(record_worker, DestructorLetsARunningJobFinish) {
     std::promise<void> started;
     {
         record_worker w;
-        ASSERT_TRUE(w.try_submit([&] {
+        ASSERT_TRUE(w.submit([&] {
             started.set_value();
             finished = true;
         }));

@@ -7,6 +7,7 @@
 #include "kv/kv_page.h"
 
 #include "fakes.h"
+#include "worker_gate.h"
 
 #include <gtest/gtest.h>
 
@@ -184,23 +185,18 @@ TEST_F(pool_fixture, CorruptedStoredBlockFallsBackToAnExactCompute) {
 
 TEST_F(pool_fixture, DemotedEntryRestoresByteIdentical) {
     make(config(8, 1 << 20));
-    std::promise<void> started, release;
-    std::shared_future<void> release_f = release.get_future().share();
-    std::atomic<bool> first{true};
-    cache->set_record_hook_for_testing([&, release_f] {
-        if (first.exchange(false)) {
-            started.set_value();
-            release_f.wait();
-        }
-    });
-    toks a = run(5, 10), b = run(50, 12);
+    testing::worker_gate gate(*cache);
+    toks a = run(5, 10), b = run(50, 12), c = run(90, 8);
     prefill_and_record(0, a);
-    started.get_future().wait();
-    prefill_and_record(1, b);  // worker busy: only the resident tier has b
+    gate.wait_until_held();
+    prefill_and_record(1, b);  // worker busy: b's record waits...
+    prefill_and_record(2, c);  // ...and c's supersedes it: only the resident tier has b
     s0.clear();
     s1.clear();
-    release.set_value();
+    s2.clear();
+    gate.open();
     cache->wait_for_records();
+    EXPECT_EQ(cache->stats().n_records_superseded, 1);
     EXPECT_TRUE(cache->make_room_for_write(2, 0, 48 * 4).enough);  // every resident entry goes
     EXPECT_EQ(cache->stats().n_demotions, 1);
     s2.clear();

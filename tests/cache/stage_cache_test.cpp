@@ -4,6 +4,7 @@
 #include "cache/stage_cache.h"
 
 #include "fakes.h"
+#include "worker_gate.h"
 
 #include <gtest/gtest.h>
 
@@ -56,6 +57,11 @@ toks run(int32_t first, int n) {
 }
 
 toks prefix(const toks & t, size_t n) { return toks(t.begin(), t.begin() + static_cast<ptrdiff_t>(n)); }
+
+toks concat(toks a, const toks & b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
 
 struct stage_cache_fake : ::testing::Test {
     std::shared_ptr<recording_sink> sink = std::make_shared<recording_sink>();
@@ -227,57 +233,81 @@ TEST_F(stage_cache_fake, ExactStateServesWhenTheResidentEntryIsGone) {
     check();
 }
 
-TEST_F(stage_cache_fake, RecordsAreSkippedNotWaitedForWhenTheWorkerIsBusy) {
-    std::promise<void> started, release;
-    std::shared_future<void> release_f = release.get_future().share();
-    std::atomic<bool> first{true};
-    cache->set_record_hook_for_testing([&, release_f] {
-        if (first.exchange(false)) {
-            started.set_value();
-            release_f.wait();
-        }
-    });
-    request(0, run(10, 8));
-    started.get_future().wait();  // the worker is inside the first record
-    request(1, run(100, 8));       // returns at once
-    EXPECT_EQ(sink->last(record_event_name, "skippy.exact_cache.record"), "skipped_busy");
-    EXPECT_EQ(sink->last(record_event_name, "skippy.kv.decision"), "full_prefill_record");  // resident took it
-    release.set_value();
+TEST_F(stage_cache_fake, RecordsAreNeverWaitedForAndTheNewestPendingOneIsStored) {
+    testing::worker_gate gate(*cache);
+    const toks a = run(10, 8), b = run(100, 8), c = run(200, 8);
+    request(0, a);
+    gate.wait_until_held();  // the worker is inside a's record
+    request(1, b);                // returns at once: b's record waits
+    EXPECT_EQ(sink->last(record_event_name, "skippy.exact_cache.record"), "queued");
+    EXPECT_EQ(sink->last(record_event_name, "skippy.kv.decision"), "full_prefill_record");
+    request(2, c);                // returns at once: c's record supersedes b's
+    gate.open();
     cache->wait_for_records();
     stage_cache_stats s = cache->stats();
-    EXPECT_EQ(s.n_records_skipped_busy, 1);
-    EXPECT_EQ(s.n_records_stored, 1);
-    EXPECT_EQ(s.exact.n_entries, 1);
+    EXPECT_EQ(s.n_records_superseded, 1);
+    EXPECT_EQ(s.n_records_merged, 0);
+    EXPECT_EQ(s.n_records_skipped_busy, 0);
+    EXPECT_EQ(s.n_records_stored, 2) << "a's and c's";
+    EXPECT_EQ(s.exact.n_entries, 2);
+    check();
+}
+
+// A conversation's record at Stop extends its record after the prompt: when the
+// latter still waits for the worker, the newer one takes it along, and the exact-state
+// tier (whole entries only) gets both the prompt and the prompt plus answer.
+TEST_F(stage_cache_fake, ARecordAtStopTakesTheWaitingPromptRecordAlong) {
+    testing::worker_gate gate(*cache);
+    const toks a = run(10, 8), b = run(100, 9), answer = run(300, 5);
+    request(0, a);
+    gate.wait_until_held();  // the worker is inside a's record
+    request(1, b);                // b's record waits
+    // Decode steps, then Stop: b plus its answer.
+    EXPECT_TRUE(cache->make_room_for_write(1, 9, 5).enough);
+    EXPECT_TRUE(backend.compute(1, 9, answer).is_ok());
+    cache->note_prefill(1, 9, answer);
+    cache->record(ns, 1, record_reason::stop);
+    gate.open();
+    cache->wait_for_records();
+    stage_cache_stats s = cache->stats();
+    EXPECT_EQ(s.n_records_merged, 1);
+    EXPECT_EQ(s.n_records_superseded, 0);
+    EXPECT_EQ(s.exact.n_entries, 3) << "a, b, and b with its answer";
+    end_request(0);
+    end_request(1);
+    // Both of b's checkpoints serve from the exact-state tier once the resident entries go.
+    EXPECT_TRUE(cache->make_room_for_write(2, 0, 64).enough);
+    restore_result r = request(2, concat(b, run(500, 3)), false);
+    EXPECT_EQ(r.tier, cache_tier::exact_state);
+    EXPECT_EQ(r.restored_tokens, 9);
+    end_request(2);
+    r = request(2, concat(concat(b, answer), run(600, 3)), false);
+    EXPECT_EQ(r.tier, cache_tier::exact_state);
+    EXPECT_EQ(r.restored_tokens, 14);
     check();
 }
 
 TEST_F(stage_cache_fake, EvictedResidentEntriesAreDemotedToExactState) {
-    std::promise<void> started, release;
-    std::shared_future<void> release_f = release.get_future().share();
-    std::atomic<bool> first{true};
-    cache->set_record_hook_for_testing([&, release_f] {
-        if (first.exchange(false)) {
-            started.set_value();
-            release_f.wait();
-        }
-    });
-    toks a = run(10, 8), b = run(100, 8);
+    testing::worker_gate gate(*cache);
+    toks a = run(10, 8), b = run(100, 8), c = run(200, 8);
     request(0, a);
-    started.get_future().wait();
-    request(1, b);  // exact record skipped: only the resident tier has b
+    gate.wait_until_held();
+    request(1, b);  // its exact record waits...
+    request(2, c);  // ...and is superseded by c's: only the resident tier has b
     end_request(0);
     end_request(1);
-    release.set_value();
+    end_request(2);
+    gate.open();
     cache->wait_for_records();
-    ASSERT_EQ(cache->stats().exact.n_entries, 1);
-    EXPECT_TRUE(cache->make_room_for_write(2, 0, 64).enough);  // evicts both resident entries
+    ASSERT_EQ(cache->stats().exact.n_entries, 2);
+    EXPECT_TRUE(cache->make_room_for_write(2, 0, 64).enough);  // evicts every resident entry
     stage_cache_stats s = cache->stats();
-    EXPECT_EQ(s.n_demotions, 1);  // b exported on eviction; a was already there
-    EXPECT_EQ(s.exact.n_entries, 2);
-    // Debug-level events tell the story: a's background record stored, then one
-    // admission evicting both entries and demoting b.
+    EXPECT_EQ(s.n_demotions, 1);  // b exported on eviction; a and c were already there
+    EXPECT_EQ(s.exact.n_entries, 3);
+    // Debug-level events tell the story: the background records stored, then one
+    // admission evicting the three entries and demoting b.
     EXPECT_EQ(sink->last(exact_store_event_name, "skippy.exact_cache.record"), "stored");
-    EXPECT_EQ(sink->last(eviction_event_name, "skippy.kv.evicted_entries"), "2");
+    EXPECT_EQ(sink->last(eviction_event_name, "skippy.kv.evicted_entries"), "3");
     EXPECT_EQ(sink->last(eviction_event_name, "skippy.kv.demoted_entries"), "1");
     EXPECT_EQ(sink->last(eviction_event_name, "skippy.kv.enough"), "true");
     for (const auto & e : sink->events()) {

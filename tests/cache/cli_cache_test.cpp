@@ -111,13 +111,15 @@ int serve_port(background_process & serve) {
     return 0;
 }
 
-// A greedy completion's text, or "" when the request failed.
-std::string complete(int port, const std::string & prompt) {
+// A greedy completion's text, or "" when the request failed; `cached` (if given) gets
+// usage.prompt_tokens_details.cached_tokens.
+std::string complete(int port, const std::string & prompt, int64_t * cached = nullptr) {
     const std::string r = http(port, "POST", "/v1/completions",
                                nlohmann::json{{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}}.dump());
     if (r.find("200 OK") == std::string::npos) return "";
     const auto body = nlohmann::json::parse(r.substr(r.find("\r\n\r\n") + 4), nullptr, false);
     if (body.is_discarded()) return "";
+    if (cached) *cached = body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>();
     return body["choices"][0]["text"].get<std::string>();
 }
 
@@ -232,6 +234,112 @@ TEST_F(cli_cache, TwoProcessesSharingRedisShareAPrefix) {
     ASSERT_EQ(second.size(), 2u);
     EXPECT_GT(second[0]["cached_tokens"].get<int>(), 32) << second_run.err;
     for (size_t i = 0; i < 2; ++i) EXPECT_EQ(second[i]["tokens"], first[i]["tokens"]) << "prompt " << i;
+}
+
+// Two `serve` replicas of the same 2-stage model and one Redis: a prefix computed
+// through replica A is a hit on replica B, with A's text; with Redis stopped, both
+// still answer (misses), with the same text.
+TEST_F(cli_cache, TwoServeReplicasShareAPrefixThroughRedisAndSurviveItsStop) {
+    if (!std::filesystem::exists("/usr/bin/redis-server")) {
+        if (running_in_ci()) FAIL() << "redis-server missing";
+        GTEST_SKIP() << "redis-server not installed (scripts/setup.sh installs it)";
+    }
+    const int redis_port = free_port();
+    auto redis = std::make_unique<background_process>(
+        std::vector<std::string>{"/usr/bin/redis-server", "--port", std::to_string(redis_port), "--bind", "127.0.0.1", "--save", "",
+                                 "--appendonly", "no", "--dir", dir_},
+        dir_ + "/redis-replicas.log");
+    ASSERT_TRUE(wait_for_port("127.0.0.1", redis_port, 10000)) << redis->log();
+    const std::string url = "redis://127.0.0.1:" + std::to_string(redis_port) + "/0";
+    auto replica = [&](const char * name) {
+        return std::make_unique<background_process>(
+            std::vector<std::string>{skippy_binary_path(), "serve", "-m", model_, "--port", "0", "-t", "1", "--lanes", "1", "--stages", "2",
+                                     "--kv-cache-min-tokens", "16", "--kv-cache-redis", url, "--kv-cache-redis-timeout-ms", "500"},
+            dir_ + "/serve-" + name + ".log");
+    };
+    auto a = replica("a"), b = replica("b");
+    const int port_a = serve_port(*a), port_b = serve_port(*b);
+    ASSERT_GT(port_a, 0) << a->log();
+    ASSERT_GT(port_b, 0) << b->log();
+    std::string prompt;
+    for (int i = 0; i < 10; ++i) prompt += "the quick brown fox jumps over the lazy dog ";
+    int64_t cached_a = -1, cached_b = -1;
+    const std::string text_a = complete(port_a, prompt + "first", &cached_a);
+    ASSERT_FALSE(text_a.empty());
+    EXPECT_EQ(cached_a, 0);
+    // A publishes in the background: B hits once the pages are there.
+    std::string text_b;
+    for (int i = 0; i < 100 && cached_b <= 0; ++i) {
+        if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        text_b = complete(port_b, prompt + "first", &cached_b);
+    }
+    EXPECT_GT(cached_b, 32) << "B restored A's prefix from Redis\n" << b->log();
+    EXPECT_EQ(text_b, text_a);
+
+    redis->kill_now(SIGKILL);
+    (void)redis->wait(5000);
+    for (auto * r : {&port_a, &port_b}) {
+        int64_t cached = -1;
+        const std::string text = complete(*r, prompt + "second", &cached);
+        EXPECT_FALSE(text.empty()) << "a request failed because Redis is gone";
+        EXPECT_EQ(text, complete(port_a, prompt + "second")) << "the same answer on both replicas";
+    }
+    a->kill_now(15);
+    b->kill_now(15);
+    EXPECT_EQ(a->wait(20000), 0) << a->log();
+    EXPECT_EQ(b->wait(20000), 0) << b->log();
+}
+
+// A full disk: a 160 KiB tmpfs (one stage's pages of a prompt fit, not both stages'),
+// mounted in a private mount namespace, under a bound of 64 MiB. Page writes fail as
+// the disk does (refused or error decisions), generation does not: the tokens of this
+// process and of a second one over the same directory equal the cache-off run.
+TEST_F(cli_cache, AFullDiskCostsCacheWritesNotAnswers) {
+    if (::geteuid() != 0 || !std::filesystem::exists("/usr/bin/unshare")) {
+        if (running_in_ci()) FAIL() << "needs root and unshare (util-linux) to mount a tmpfs";
+        GTEST_SKIP() << "needs root and unshare to mount a tmpfs";
+    }
+    const std::string mnt = dir_ + "/full-disk";
+    std::filesystem::create_directories(mnt);
+    const auto cold = generate({"--kv-cache", "off"});
+    ASSERT_EQ(cold.size(), 2u);
+    std::string gen = skippy_binary_path() + " generate -m " + model_ + " --prompts-file " + prompts_ +
+                      " -n 8 --greedy --json -t 1 --stages 2 --kv-cache-min-tokens 16 --kv-cache-disk " + mnt +
+                      "/kv --kv-cache-disk-max-bytes 67108864 --telemetry-file " + dir_ + "/full-disk-events.jsonl";
+    const command_result r = run_command(
+        {"/usr/bin/unshare", "-m", "/bin/sh", "-c",
+         "mount -t tmpfs -o size=160k tmpfs " + mnt + " && " + gen + " && echo SECOND && " + gen + " && df -k " + mnt + " >&2"},
+        300);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::vector<nlohmann::json> first, second;
+    bool after = false;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);) {
+        if (line == "SECOND") {
+            after = true;
+            continue;
+        }
+        (after ? second : first).push_back(nlohmann::json::parse(line));
+    }
+    ASSERT_EQ(first.size(), 2u);
+    ASSERT_EQ(second.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+        EXPECT_EQ(first[i]["tokens"], cold[i]["tokens"]) << "prompt " << i;
+        EXPECT_EQ(second[i]["tokens"], cold[i]["tokens"]) << "prompt " << i;
+    }
+    // The writes that did not fit failed as the disk does (ENOSPC), each a summary-level
+    // error decision, never a request error.
+    std::ifstream events(dir_ + "/full-disk-events.jsonl");
+    int n_write_errors = 0;
+    for (std::string line; std::getline(events, line);) {
+        const auto e = nlohmann::json::parse(line, nullptr, false);
+        if (e.is_discarded()) continue;
+        if (e.value("event", "") != "stage.kv_disk_record_done" || !e.contains("attrs")) continue;
+        const std::string state = e["attrs"].value("skippy.disk_cache.record", "");
+        if (state == "error" || state == "refused") ++n_write_errors;
+    }
+    EXPECT_GT(n_write_errors, 0) << "the tmpfs did not fill up:\n" << r.err;
+    EXPECT_FALSE(std::filesystem::exists(mnt + "/kv")) << "the tmpfs was private to the namespace";
 }
 
 TEST_F(cli_cache, MetricsReportTheDiskAndRedisTiersAndPassPromtool) {

@@ -13,13 +13,13 @@ struct q2_k_format {
     static constexpr bool has_min = true, has_bias = false, is_signed = false;
     static constexpr int n_groups = 2, per_group = 4;
     struct scales {
-        __m128i sc;  // 16 scales (bytes)
+        __m256i sc;  // 16 scales (int16, scales16_even_odd)
         __m256i m;   // 16 mins (int16), one per 16 values as bsums are
     };
     static scales load_scales(const uint8_t * wb) {
         const __m128i raw = loadu_128(wb + q2_k_off_scales);
         const __m128i low4 = _mm_set1_epi8(0x0f);
-        return {_mm_and_si128(raw, low4), _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), low4))};
+        return {scales16_even_odd(_mm_and_si128(raw, low4)), _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), low4))};
     }
     // Half g: value 128g + 32k + l is (qs[32g + l] >> 2k) & 3.
     static void group(const uint8_t * wb, int g, __m256i * q) {

@@ -40,12 +40,17 @@ inline __m256i pair_sums(__m256i q, __m256i x) {
     }
 }
 
-// 16 int16 sub-block scales for the pair sums of value vector v when sub-blocks hold
-// 16 values: lanes 0-7 take byte 2v of s (16 int8 scales), lanes 8-15 byte 2v + 1.
-inline __m256i scales_of_16(__m128i s, int v) {
-    const __m128i pick = _mm_or_si128(_mm_set1_epi8(static_cast<char>(2 * v)),
-                                      _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
-    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(s, pick));
+// Sub-blocks of 16 values: the 16 int8 scales of a super-block widened once to int16,
+// the even sub-blocks in the low 128-bit lane and the odd ones in the high lane, so
+// that scales_of_16 is one in-lane shuffle per value vector.
+inline __m256i scales16_even_odd(__m128i s) {
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(s, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)));
+}
+
+// 16 int16 multipliers for the pair sums of value vector v: lanes 0-7 the scale of
+// sub-block 2v, lanes 8-15 that of sub-block 2v + 1 (eo from scales16_even_odd).
+inline __m256i scales_of_16(__m256i eo, int v) {
+    return _mm256_shuffle_epi8(eo, _mm256_set1_epi16(static_cast<int16_t>((2 * v + 1) << 8 | 2 * v)));
 }
 
 // For sub-blocks of 32 values: 8 int8 scales (the low bytes of s) as 32-bit units
@@ -175,6 +180,9 @@ struct superblock_kernel {
         return acc;
     }
 
+    // Rows are taken in pairs and their int32 partial sums folded with hadd at once
+    // (reduce8's tree, built as the rows finish), so that only a few of them are live:
+    // eight accumulators held to the end of the block spill to the stack.
     static __m256 rows8(const uint8_t * const w[8], const uint8_t * x, int64_t nb, const uint8_t * next) {
         __m256 acc = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
@@ -182,19 +190,23 @@ struct superblock_kernel {
             const uint8_t * xb = x + b * xbb;
             const uint8_t * wd[8];
             const uint8_t * wm[8];
-            __m256i is[8], im[8];
-            #pragma GCC unroll 8
-            for (int i = 0; i < 8; ++i) {
-                const uint8_t * wb = w[i] + b * wbb;
-                wd[i] = wb + W::off_d;
-                wm[i] = W::has_min ? wb + W::off_dmin : wd[i];
-                const scales s = W::load_scales(wb);
-                is[i] = isum(wb, xb, s);
-                im[i] = imin(xb, s);
+            __m256i is_pairs[4], im_pairs[4];
+            #pragma GCC unroll 4
+            for (int i = 0; i < 8; i += 2) {
+                const uint8_t * wb0 = w[i] + b * wbb;
+                const uint8_t * wb1 = w[i + 1] + b * wbb;
+                wd[i] = wb0 + W::off_d;
+                wd[i + 1] = wb1 + W::off_d;
+                wm[i] = W::has_min ? wb0 + W::off_dmin : wd[i];
+                wm[i + 1] = W::has_min ? wb1 + W::off_dmin : wd[i + 1];
+                const scales s0 = W::load_scales(wb0);
+                const scales s1 = W::load_scales(wb1);
+                is_pairs[i / 2] = _mm256_hadd_epi32(isum(wb0, xb, s0), isum(wb1, xb, s1));
+                if constexpr (W::has_min) im_pairs[i / 2] = _mm256_hadd_epi32(imin(xb, s0), imin(xb, s1));
             }
             acc = accumulate(acc, gather_f16(wd), W::has_min ? gather_f16(wm) : _mm256_setzero_ps(),
-                             _mm256_set1_ps(load_f32(xb + q8_k_off_d)), reduce8(is),
-                             W::has_min ? reduce8(im) : _mm256_setzero_si256());
+                             _mm256_set1_ps(load_f32(xb + q8_k_off_d)), reduce_pairs(is_pairs),
+                             W::has_min ? reduce_pairs(im_pairs) : _mm256_setzero_si256());
         }
         return acc;
     }

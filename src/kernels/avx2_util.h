@@ -71,17 +71,22 @@ inline __m256 gather_f32(const uint8_t * const p[8]) {
                           load_f32(p[5]), load_f32(p[6]), load_f32(p[7]));
 }
 
+// reduce8 from its first level, p[k] = hadd(v[2k], v[2k + 1]) (callers that fold rows
+// as they finish keep fewer vectors live).
+inline __m256i reduce_pairs(const __m256i p[4]) {
+    const __m256i ab = _mm256_hadd_epi32(p[0], p[1]);  // [v0..v3 low halves | v0..v3 high halves]
+    const __m256i cd = _mm256_hadd_epi32(p[2], p[3]);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
+}
+
 // [sum of v0's lanes, ..., sum of v7's lanes]. Integer adds are exact (callers keep
 // sums far from overflow), so the pairing order does not matter.
 inline __m256i reduce8(__m256i v0, __m256i v1, __m256i v2, __m256i v3, __m256i v4, __m256i v5, __m256i v6,
                        __m256i v7) {
-    const __m256i a = _mm256_hadd_epi32(v0, v1);  // [v0 01, v0 23, v1 01, v1 23 | v0 45, v0 67, v1 45, v1 67]
-    const __m256i b = _mm256_hadd_epi32(v2, v3);
-    const __m256i c = _mm256_hadd_epi32(v4, v5);
-    const __m256i d = _mm256_hadd_epi32(v6, v7);
-    const __m256i ab = _mm256_hadd_epi32(a, b);  // [v0..v3 low halves | v0..v3 high halves]
-    const __m256i cd = _mm256_hadd_epi32(c, d);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
+    // hadd(v0, v1) = [v0 01, v0 23, v1 01, v1 23 | v0 45, v0 67, v1 45, v1 67]
+    const __m256i p[4] = {_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3), _mm256_hadd_epi32(v4, v5),
+                          _mm256_hadd_epi32(v6, v7)};
+    return reduce_pairs(p);
 }
 
 inline __m256i reduce8(const __m256i v[8]) { return reduce8(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]); }

@@ -28,10 +28,10 @@ inline __m256i signed_block_dot(__m256i w, __m256i x) {
 
 // 0x10 in byte j where bit j of the little-endian u32 at qh is set (the fifth bit of
 // Q5_0 / Q5_1 codes).
+// The u32 is broadcast by the load (vbroadcastss), not moved through a general register.
 inline __m256i q5_high_bits(const uint8_t * qh) {
-    uint32_t h;
-    std::memcpy(&h, qh, 4);
-    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int32_t>(h)),
+    const __m256i h = _mm256_castps_si256(_mm256_broadcast_ss(reinterpret_cast<const float *>(qh)));
+    const __m256i spread = _mm256_shuffle_epi8(h,
                                                _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
                                                                 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
     const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));

@@ -113,10 +113,12 @@ inline __m256i lane_mask(int64_t n) {
 }
 
 // The 32 nibbles of 16 bytes in value order: low nibbles (values 0-15), then high.
+// The 16 bytes are broadcast to both 128-bit lanes by the load itself, and one
+// per-lane variable shift puts the high nibbles of the upper lane in place: two ALU
+// operations per block on the decode path instead of five.
 inline __m256i unpack_nibbles_32(const uint8_t * qs) {
-    const __m128i q = loadu_128(qs);
-    const __m128i mask = _mm_set1_epi8(0x0f);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), mask), _mm_and_si128(q, mask));
+    const __m256i q = _mm256_broadcastsi128_si256(loadu_128(qs));
+    return _mm256_and_si256(_mm256_srlv_epi64(q, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0f));
 }
 
 // 16 table entries (int8) looked up by 32 indices < 16.

@@ -43,6 +43,17 @@ struct q3_k_format {
     }
     static __m256i scale_vec(const scales & s, int v) { return scales_of_16(s.sc, v); }
     static __m256i bias(const scales & s) { return s.bias; }
+    // Decode's form of the bias: -4 * bsums in scales16_even_odd's order, once per
+    // activation block (|4 * bsum| <= 4 * 16 * 127 fits int16), times the scales
+    // themselves, which saves widening, shifting and negating them on every row.
+    static __m256i x_bias(const uint8_t * xb) {
+        const __m256i bs = loadu_256(xb + q8_k_off_bsums);
+        const __m256i lanes = _mm256_shuffle_epi8(bs, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                                                        0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
+        const __m256i eo = _mm256_permute4x64_epi64(lanes, 0xd8);  // quadwords 0, 2, 1, 3
+        return _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(eo, 2));
+    }
+    static __m256i x_bias_scales(const scales & s) { return s.sc; }
     static __m256i mins(const scales &) { return _mm256_setzero_si256(); }
 };
 

@@ -97,9 +97,23 @@ struct superblock_kernel {
     using scales = typename W::scales;
 
     // 8 int32 partial sums of isum for one super-block and one token.
-    static __m256i isum(const uint8_t * wb, const uint8_t * xb, const scales & s) {
+    // The bias term of isum for one row. A format may provide the activation side once
+    // per block instead (x_bias(xb), shared by the eight rows of rows8, with
+    // x_bias_scales(s) its per-row multipliers); the integer sum is the same.
+    static constexpr bool has_x_bias = requires(const uint8_t * p, const scales & sc) {
+        W::x_bias(p);
+        W::x_bias_scales(sc);
+    };
+    static __m256i bias_sum(const uint8_t * xb, const __m256i * xbias, const scales & s) {
+        if constexpr (has_x_bias) {
+            if (xbias != nullptr) return _mm256_madd_epi16(*xbias, W::x_bias_scales(s));
+        }
+        return _mm256_madd_epi16(loadu_256(xb + q8_k_off_bsums), W::bias(s));
+    }
+
+    static __m256i isum(const uint8_t * wb, const uint8_t * xb, const scales & s, const __m256i * xbias = nullptr) {
         __m256i acc = _mm256_setzero_si256();
-        if constexpr (W::has_bias) acc = _mm256_madd_epi16(loadu_256(xb + q8_k_off_bsums), W::bias(s));
+        if constexpr (W::has_bias) acc = bias_sum(xb, xbias, s);
         #pragma GCC unroll 8
         for (int g = 0; g < W::n_groups; ++g) {
             __m256i q[W::per_group];
@@ -199,6 +213,9 @@ struct superblock_kernel {
             const uint8_t * wd[8];
             const uint8_t * wm[8];
             __m256i is_pairs[4], im_pairs[4];
+            __m256i xbias_v = _mm256_setzero_si256();
+            if constexpr (has_x_bias) xbias_v = W::x_bias(xb);
+            const __m256i * xbias = has_x_bias ? &xbias_v : nullptr;
             #pragma GCC unroll 4
             for (int i = 0; i < 8; i += 2) {
                 const uint8_t * wb0 = w[i] + b * wbb;
@@ -209,7 +226,7 @@ struct superblock_kernel {
                 wm[i + 1] = W::has_min ? wb1 + W::off_dmin : wd[i + 1];
                 const scales s0 = W::load_scales(wb0);
                 const scales s1 = W::load_scales(wb1);
-                is_pairs[i / 2] = _mm256_hadd_epi32(isum(wb0, xb, s0), isum(wb1, xb, s1));
+                is_pairs[i / 2] = _mm256_hadd_epi32(isum(wb0, xb, s0, xbias), isum(wb1, xb, s1, xbias));
                 if constexpr (W::has_min) im_pairs[i / 2] = _mm256_hadd_epi32(imin(xb, s0), imin(xb, s1));
             }
             acc = accumulate(acc, gather_f16(wd), W::has_min ? gather_f16(wm) : _mm256_setzero_ps(),

@@ -47,10 +47,7 @@ struct q3_k_format {
     // activation block (|4 * bsum| <= 4 * 16 * 127 fits int16), times the scales
     // themselves, which saves widening, shifting and negating them on every row.
     static __m256i x_bias(const uint8_t * xb) {
-        const __m256i bs = loadu_256(xb + q8_k_off_bsums);
-        const __m256i lanes = _mm256_shuffle_epi8(bs, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
-                                                                        0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
-        const __m256i eo = _mm256_permute4x64_epi64(lanes, 0xd8);  // quadwords 0, 2, 1, 3
+        const __m256i eo = bsums_even_odd(xb);
         return _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(eo, 2));
     }
     static __m256i x_bias_scales(const scales & s) { return s.sc; }

@@ -39,6 +39,14 @@ struct q6_k_format {
     }
     static __m256i scale_vec(const scales & s, int v) { return scales_of_16(s.sc, v); }
     static __m256i bias(const scales & s) { return s.bias; }
+    // Decode's form of the bias: -16 * bsums in scales16_even_odd's order, once per
+    // activation block (|16 * bsum| <= 16 * 16 * 127 = 32512 fits int16), times twice
+    // the scales (|2 * scale| <= 256).
+    static __m256i x_bias(const uint8_t * xb) {
+        const __m256i eo = bsums_even_odd(xb);
+        return _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(eo, 4));
+    }
+    static __m256i x_bias_scales(const scales & s) { return _mm256_add_epi16(s.sc, s.sc); }
     static __m256i mins(const scales &) { return _mm256_setzero_si256(); }
 };
 

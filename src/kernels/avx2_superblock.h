@@ -53,6 +53,15 @@ inline __m256i scales_of_16(__m256i eo, int v) {
     return _mm256_shuffle_epi8(eo, _mm256_set1_epi16(static_cast<int16_t>((2 * v + 1) << 8 | 2 * v)));
 }
 
+// The 16 bsums of a Q8_K block (int16, one per 16 values) in scales16_even_odd's
+// order, to be multiplied by such scales.
+inline __m256i bsums_even_odd(const uint8_t * xb) {
+    const __m256i bs = loadu_256(xb + q8_k_off_bsums);
+    const __m256i lanes = _mm256_shuffle_epi8(bs, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                                                    0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
+    return _mm256_permute4x64_epi64(lanes, 0xd8);  // quadwords 0, 2, 1, 3
+}
+
 // For sub-blocks of 32 values: 8 int8 scales (the low bytes of s) as 32-bit units
 // (sc_j, sc_j) of int16, so unit v broadcast is vector v's multiplier.
 inline __m256i scale_units_of_8(__m128i s) { return _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s, s)); }

@@ -137,8 +137,14 @@ struct superblock_kernel {
         return acc;
     }
 
-    static __m256i imin(const uint8_t * xb, const scales & s) {
+    // imin for one row; with bsums_eo (rows8: bsums_even_odd of the block, formed once)
+    // a format that provides x_mins(s), its mins in that order, uses those.
+    static constexpr bool has_x_mins = requires(const scales & sc) { W::x_mins(sc); };
+    static __m256i imin(const uint8_t * xb, const scales & s, const __m256i * bsums_eo = nullptr) {
         if constexpr (W::has_min) {
+            if constexpr (has_x_mins) {
+                if (bsums_eo != nullptr) return _mm256_madd_epi16(*bsums_eo, W::x_mins(s));
+            }
             return _mm256_madd_epi16(loadu_256(xb + q8_k_off_bsums), W::mins(s));
         } else {
             return _mm256_setzero_si256();
@@ -225,6 +231,9 @@ struct superblock_kernel {
             __m256i xbias_v = _mm256_setzero_si256();
             if constexpr (has_x_bias) xbias_v = W::x_bias(xb);
             const __m256i * xbias = has_x_bias ? &xbias_v : nullptr;
+            __m256i bsums_eo_v = _mm256_setzero_si256();
+            if constexpr (has_x_mins) bsums_eo_v = bsums_even_odd(xb);
+            const __m256i * bsums_eo = has_x_mins ? &bsums_eo_v : nullptr;
             #pragma GCC unroll 4
             for (int i = 0; i < 8; i += 2) {
                 const uint8_t * wb0 = w[i] + b * wbb;
@@ -236,7 +245,7 @@ struct superblock_kernel {
                 const scales s0 = W::load_scales(wb0);
                 const scales s1 = W::load_scales(wb1);
                 is_pairs[i / 2] = _mm256_hadd_epi32(isum(wb0, xb, s0, xbias), isum(wb1, xb, s1, xbias));
-                if constexpr (W::has_min) im_pairs[i / 2] = _mm256_hadd_epi32(imin(xb, s0), imin(xb, s1));
+                if constexpr (W::has_min) im_pairs[i / 2] = _mm256_hadd_epi32(imin(xb, s0, bsums_eo), imin(xb, s1, bsums_eo));
             }
             acc = accumulate(acc, gather_f16(wd), W::has_min ? gather_f16(wm) : _mm256_setzero_ps(),
                              _mm256_set1_ps(load_f32(xb + q8_k_off_d)), reduce_pairs(is_pairs),

@@ -20,6 +20,11 @@
 //   __m256i scale_vec(s, v)     16 int16 multipliers for the pair sums of vector v
 //   __m256i bias(s)             16 int16 per 16 values, for madd with bsums (has_bias)
 //   __m256i mins(s)             16 int16 per 16 values, for madd with bsums (has_min)
+// and optionally, for the decode tile (rows8), forms that take the activation side
+// once per block for all eight rows:
+//   __m256i x_bias(xb), x_bias_scales(s)   bias term = madd(x_bias(xb), x_bias_scales(s))
+//   __m256i x_mins(s)           the mins in scales16_even_odd's order, for madd with
+//                               bsums_even_odd(xb)
 // maddubs forms the pair sums, madd applies the sub-block scales while widening to
 // int32; all integer sums are exact, so their order is free. The float step runs one
 // output per lane (avx2_util.h), so results equal the reference's bit for bit.
@@ -105,7 +110,6 @@ struct superblock_kernel {
     static constexpr size_t xbb = q8_k_block_bytes;
     using scales = typename W::scales;
 
-    // 8 int32 partial sums of isum for one super-block and one token.
     // The bias term of isum for one row. A format may provide the activation side once
     // per block instead (x_bias(xb), shared by the eight rows of rows8, with
     // x_bias_scales(s) its per-row multipliers); the integer sum is the same.
@@ -120,6 +124,8 @@ struct superblock_kernel {
         return _mm256_madd_epi16(loadu_256(xb + q8_k_off_bsums), W::bias(s));
     }
 
+    // 8 int32 partial sums of isum for one super-block and one token (xbias: see
+    // bias_sum).
     static __m256i isum(const uint8_t * wb, const uint8_t * xb, const scales & s, const __m256i * xbias = nullptr) {
         __m256i acc = _mm256_setzero_si256();
         if constexpr (W::has_bias) acc = bias_sum(xb, xbias, s);

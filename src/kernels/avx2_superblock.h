@@ -253,8 +253,14 @@ struct superblock_kernel {
                 is_pairs[i / 2] = _mm256_hadd_epi32(isum(wb0, xb, s0, xbias), isum(wb1, xb, s1, xbias));
                 if constexpr (W::has_min) im_pairs[i / 2] = _mm256_hadd_epi32(imin(xb, s0, bsums_eo), imin(xb, s1, bsums_eo));
             }
-            acc = accumulate(acc, gather_f16(wd), W::has_min ? gather_f16(wm) : _mm256_setzero_ps(),
-                             _mm256_set1_ps(load_f32(xb + q8_k_off_d)), reduce_pairs(is_pairs),
+            __m256 dw, dminw;
+            if constexpr (W::has_min && W::off_dmin == W::off_d + 2) {
+                gather_f16_pairs(wd, dw, dminw);
+            } else {
+                dw = gather_f16(wd);
+                dminw = W::has_min ? gather_f16(wm) : _mm256_setzero_ps();
+            }
+            acc = accumulate(acc, dw, dminw, _mm256_set1_ps(load_f32(xb + q8_k_off_d)), reduce_pairs(is_pairs),
                              W::has_min ? reduce_pairs(im_pairs) : _mm256_setzero_si256());
         }
         return acc;

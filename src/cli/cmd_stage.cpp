@@ -71,9 +71,9 @@ int run_serve_stage(const serve_stage_options & o) {
     });
     http::metrics_server metrics_endpoint(metrics, telemetry::render_scope::stages_only);
     if (o.metrics_port != 0) {
-        if (status st = metrics_endpoint.start(spec.address.host, o.metrics_port); !st.is_ok()) {
+        if (status started = metrics_endpoint.start(spec.address.host, o.metrics_port); !started.is_ok()) {
             server.stop();
-            return fail(st);
+            return fail(started);
         }
         SKIPPY_LOG_INFO("stage %d: metrics on http://%s:%d/metrics", o.stage_index, spec.address.host.c_str(),
                         metrics_endpoint.port());

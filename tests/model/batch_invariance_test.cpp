@@ -84,7 +84,7 @@ INSTANTIATE_TEST_SUITE_P(types, batch_invariance,
                                            invariance_case{"qwen3moe_f32", "qwen3moe", "F32", kv_dtype::f16},
                                            invariance_case{"gptoss_mxfp4", "gpt-oss", "MXFP4_MOE", kv_dtype::f16},
                                            invariance_case{"gptoss_f32_kvf32", "gpt-oss", "F32", kv_dtype::f32}),
-                         [](const auto & info) { return std::string(info.param.name); });
+                         [](const auto & param_info) { return std::string(param_info.param.name); });
 
 // A batch longer than one internal pass of forward_layers (256 tokens) gives the bits
 // of smaller chunks.

@@ -126,7 +126,7 @@ TEST_P(forward_batch_mix, EveryRowEqualsItsSequenceRunAlone) {
 }
 
 INSTANTIATE_TEST_SUITE_P(families, forward_batch_mix, ::testing::Values("llama", "llama3", "qwen2", "qwen3", "gemma3", "phi3", "qwen3moe", "gpt-oss"),
-                         [](const auto & info) { std::string s = info.param; return s == "gpt-oss" ? std::string("gptoss") : s; });
+                         [](const auto & param_info) { std::string s = param_info.param; return s == "gpt-oss" ? std::string("gptoss") : s; });
 
 // A batch of more rows than one internal pass (256): a pass boundary falls inside a
 // span, and the later pass finds the earlier one's K/V.

@@ -225,7 +225,7 @@ INSTANTIATE_TEST_SUITE_P(variants, moe_reference,
                          ::testing::Values(moe_variant{"qwen3moe", expert_gating::softmax, true, false, false, false},
                                            moe_variant{"shared_expert", expert_gating::softmax, false, false, true, false},
                                            moe_variant{"gptoss", expert_gating::softmax_topk, false, true, false, true}),
-                         [](const auto & info) { return std::string(info.param.name); });
+                         [](const auto & param_info) { return std::string(param_info.param.name); });
 
 TEST(moe, MetadataAndExpertTensorsAreRead) {
     auto file = parse(writer_for(moe_model()));

@@ -114,8 +114,8 @@ INSTANTIATE_TEST_SUITE_P(shared, cache_shared_models,
                                            shared_case{"synth-gemma3-Q4_K_M", 1}, shared_case{"synth-gemma3-Q4_K_M", 2},
                                            shared_case{"synth-phi3-Q4_K_M", 2}, shared_case{"synth-qwen3moe-Q4_K_M", 2},
                                            shared_case{"synth-gptoss-MXFP4", 2}),
-                         [](const auto & info) {
-                             std::string s = std::string(info.param.model) + "_" + std::to_string(info.param.n_stages);
+                         [](const auto & param_info) {
+                             std::string s = std::string(param_info.param.model) + "_" + std::to_string(param_info.param.n_stages);
                              for (char & ch : s) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                              return s;
                          });

@@ -51,7 +51,7 @@ INSTANTIATE_TEST_SUITE_P(chains, cache_exactness,
                                            cache_case{"qwen2_q8_0_1", "qwen2", "Q8_0", 1},
                                            cache_case{"qwen2_q8_0_2", "qwen2", "Q8_0", 2},
                                            cache_case{"qwen2_q8_0_3", "qwen2", "Q8_0", 3}),
-                         [](const auto & info) { return std::string(info.param.name); });
+                         [](const auto & param_info) { return std::string(param_info.param.name); });
 
 class cache_pressure : public ::testing::TestWithParam<int32_t> {};
 
@@ -96,7 +96,9 @@ TEST(cache_corruption, FlippedExactStateByteIsQuarantinedAndTheAnswerStaysCorrec
     for (auto e : entries) {
         const auto blobs = store.blobs_for_testing(e);
         ASSERT_FALSE(blobs.empty());
-        if (flipped.insert(blobs.front()).second) ASSERT_TRUE(store.corrupt_for_testing(blobs.front(), 100));
+        if (flipped.insert(blobs.front()).second) {
+            ASSERT_TRUE(store.corrupt_for_testing(blobs.front(), 100));
+        }
     }
     const auto got = run_turn(*warm, prompt, 8);
     EXPECT_EQ(got.tokens, want.tokens);

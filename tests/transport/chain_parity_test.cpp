@@ -28,7 +28,9 @@ TEST_P(chain_parity, EverySplitMatchesTheMonolithicRun) {
     std::vector<std::vector<token_id>> reference;
     for (const auto & c : golden["cases"]) {
         reference.push_back(greedy_tokens(*whole, c["prompt_tokens"], static_cast<int32_t>(c["greedy_tokens"].size())));
-        if (name == "stories260K") EXPECT_EQ(reference.back(), c["greedy_tokens"].get<std::vector<token_id>>());
+        if (name == "stories260K") {
+            EXPECT_EQ(reference.back(), c["greedy_tokens"].get<std::vector<token_id>>());
+        }
     }
     std::vector<int32_t> splits = {2, 3};
     if (name == "stories260K") splits.push_back(5);
@@ -60,8 +62,8 @@ INSTANTIATE_TEST_SUITE_P(shared, chain_parity,
                                            "synth-qwen3-Q4_K_M", "synth-gemma3-f32", "synth-gemma3-Q4_K_M",
                                            "synth-phi3-f32", "synth-phi3-Q4_K_M", "synth-qwen3moe-f32",
                                            "synth-qwen3moe-Q4_K_M", "synth-gptoss-f32", "synth-gptoss-MXFP4"),
-                         [](const auto & info) {
-                             std::string s = info.param;
+                         [](const auto & param_info) {
+                             std::string s = param_info.param;
                              for (char & ch : s) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                              return s;
                          });

@@ -64,7 +64,7 @@ TEST_P(gemma_window_cache, ColdFullHitAndPartialHitGiveTheReferenceTokens) {
 }
 
 INSTANTIATE_TEST_SUITE_P(stages, gemma_window_cache, ::testing::Values(1, 2),
-                         [](const auto & info) { return std::to_string(info.param) + "_stages"; });
+                         [](const auto & param_info) { return std::to_string(param_info.param) + "_stages"; });
 
 }  // namespace
 }  // namespace skippy::testing

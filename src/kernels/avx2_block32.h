@@ -80,7 +80,7 @@ struct block32_kernel {
     static __m256 rows8(const uint8_t * const w[8], const uint8_t * x, int64_t nb, const uint8_t * next) {
         __m256 acc = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
-            if (next != nullptr) prefetch_span<8 * wbb>(next + b * 8 * wbb);
+            if (next != nullptr) prefetch_span(next + b * 8 * wbb, 8 * wbb);
             const __m256i xq = loadu_256(x + b * xbb + 2);
             const uint8_t * wb[8];
             __m256i v[8];
@@ -182,7 +182,7 @@ struct offset_block32_kernel {
     static __m256 rows8(const uint8_t * const w[8], const uint8_t * x, int64_t nb, const uint8_t * next) {
         __m256 acc = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
-            if (next != nullptr) prefetch_span<8 * wbb>(next + b * 8 * wbb);
+            if (next != nullptr) prefetch_span(next + b * 8 * wbb, 8 * wbb);
             const __m256i xq = loadu_256(x + b * xbb + 2);
             const uint8_t * wb[8];
             __m256i p[8];

@@ -67,7 +67,7 @@ struct q5_1_kernel {
     static __m256 rows8(const uint8_t * const w[8], const uint8_t * x, int64_t nb, const uint8_t * next) {
         __m256 acc = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
-            if (next != nullptr) prefetch_span<8 * wbb>(next + b * 8 * wbb);
+            if (next != nullptr) prefetch_span(next + b * 8 * wbb, 8 * wbb);
             const uint8_t * xb = x + b * xbb;
             const uint8_t * wd[8];
             const uint8_t * wm[8];

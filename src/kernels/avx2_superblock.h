@@ -94,14 +94,6 @@ inline k4_scales unpack_scales_k4(const uint8_t * s) {
     return {scale_units_of_8(sc8), _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8))};
 }
 
-// acc + v (int32 lanes) as one vpaddd the compiler cannot reassociate. GCC otherwise
-// turns the chain of adds into a tree that computes every vector's product first,
-// which keeps them all live and spills them to the stack (the sum is the same).
-inline __m256i add_in_order(__m256i acc, __m256i v) {
-    asm("vpaddd %1, %0, %0" : "+x"(acc) : "x"(v));
-    return acc;
-}
-
 template <typename W>
 struct superblock_kernel {
     static constexpr int64_t block_elems = qk_k;
@@ -137,7 +129,7 @@ struct superblock_kernel {
             for (int k = 0; k < W::per_group; ++k) {
                 const int v = g * W::per_group + k;
                 const __m256i p = pair_sums<W>(q[k], loadu_256(xb + q8_k_off_qs + 32 * v));
-                acc = add_in_order(acc, _mm256_madd_epi16(p, W::scale_vec(s, v)));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, W::scale_vec(s, v)));
             }
         }
         return acc;
@@ -229,7 +221,7 @@ struct superblock_kernel {
     static __m256 rows8(const uint8_t * const w[8], const uint8_t * x, int64_t nb, const uint8_t * next) {
         __m256 acc = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
-            if (next != nullptr) prefetch_span<8 * wbb>(next + b * 8 * wbb);
+            if (next != nullptr) prefetch_span(next + b * 8 * wbb, 8 * wbb);
             const uint8_t * xb = x + b * xbb;
             const uint8_t * wd[8];
             const uint8_t * wm[8];

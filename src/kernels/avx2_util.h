@@ -190,12 +190,8 @@ inline __m256 gather_lanes(const float * y, int64_t stride) {
 }
 
 // Prefetches n_bytes from p into L1, a cache line at a time (prefetches never fault, so
-// p may run past the end of a buffer). Callers pass a constant size and the loop is
-// unrolled: as a loop it cost about as many instructions per row as a tenth of the
-// super-block product it runs beside.
-template <size_t n_bytes>
-inline void prefetch_span(const uint8_t * p) {
-    #pragma GCC unroll 32
+// p may run past the end of a buffer).
+inline void prefetch_span(const uint8_t * p, size_t n_bytes) {
     for (size_t i = 0; i < n_bytes; i += 64) _mm_prefetch(reinterpret_cast<const char *>(p + i), _MM_HINT_T0);
 }
 

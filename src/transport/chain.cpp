@@ -282,7 +282,7 @@ status chain_pipeline::upstream_reason(lane_state & ls, const status & fallback)
     while (ls.forward.connected()) {
         auto r = ls.forward.link().read_reply(deadline);
         if (!r.is_ok()) {
-            if (r.error().message().find("timed out") != std::string::npos) return fallback;
+            if (r.error().code() == error_code::timed_out) return fallback;
             return r.error();  // the nearest failed stage: stage 1
         }
         if (r->kind == message_kind::error) return protocol::error_reply_status(*r);
@@ -437,7 +437,7 @@ result<token_id> chain_pipeline::wait_for_token(int32_t lane, uint64_t request_i
     while (true) {
         const int fds[2] = {ret->fd(), ls.forward.fd()};
         const int ready = wait_readable(fds, deadline);
-        if (ready < 0) return fail_lane(lane, make_error(error_code::unavailable, "timed out waiting for the predicted token"));
+        if (ready < 0) return fail_lane(lane, make_error(error_code::timed_out, "timed out waiting for the predicted token"));
         if (ready == 1) {
             // Nothing but an Error travels up a lane's forward link while it decodes.
             status st = ls.forward.read_one(0, nullptr);

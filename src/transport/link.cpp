@@ -49,18 +49,20 @@ status read_frame_from(tcp_socket & socket, const link_options & options, std::v
     uint8_t head[4];
     status st = socket.read_exact(std::span<uint8_t>(head, 1), deadline);
     if (!st.is_ok()) {
-        *peer_closed = st.message() == peer_closed_message;
+        *peer_closed = st.code() == error_code::peer_closed;
         return st;
     }
     // A frame has begun: the rest must follow promptly.
     const auto frame_deadline = std::min(deadline, clock::now() + options.frame_timeout);
     auto truncated = [&](const status & why, size_t got, size_t want) {
         const std::string counts = std::to_string(got) + " of " + std::to_string(want) + " bytes";
-        if (why.message().find("timed out") != std::string::npos) {
-            return make_error(error_code::unavailable, "truncated frame: only " + counts + " arrived within " +
-                                                           std::to_string(options.frame_timeout.count()) + " ms");
+        // A stall mid-frame is a timeout; a close mid-frame is a broken peer, not the
+        // clean end of a lane (peer_closed() stays false).
+        if (why.code() == error_code::timed_out) {
+            return make_error(error_code::timed_out, "truncated frame: only " + counts + " arrived within " +
+                                                         std::to_string(options.frame_timeout.count()) + " ms");
         }
-        if (why.message().rfind(peer_closed_message, 0) == 0) {
+        if (why.code() == error_code::peer_closed) {
             return make_error(error_code::unavailable, "truncated frame: the peer closed the connection after " + counts);
         }
         return make_error(why.code(), "truncated frame after " + counts + ": " + why.message());

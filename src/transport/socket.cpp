@@ -127,8 +127,8 @@ status tcp_socket::read_exact(std::span<uint8_t> out, clock::time_point deadline
             continue;
         }
         if (n == 0) {
-            if (done == 0) return finish(make_error(error_code::unavailable, std::string(peer_closed_message)));
-            return finish(make_error(error_code::unavailable, std::string(peer_closed_message) + " after " + std::to_string(done) + " of " +
+            if (done == 0) return finish(make_error(error_code::peer_closed, "connection closed by the peer"));
+            return finish(make_error(error_code::peer_closed, "connection closed by the peer after " + std::to_string(done) + " of " +
                                                                   std::to_string(out.size()) + " bytes"));
         }
         if (errno == EINTR) continue;
@@ -139,7 +139,7 @@ status tcp_socket::read_exact(std::span<uint8_t> out, clock::time_point deadline
             if (errno == EINTR) continue;
             return finish(sys_error("poll failed"));
         }
-        if (rc == 0 && clock::now() >= deadline) return finish(make_error(error_code::unavailable, "timed out waiting for the peer"));
+        if (rc == 0 && clock::now() >= deadline) return finish(make_error(error_code::timed_out, "timed out waiting for the peer"));
     }
     return finish(status::ok());
 }
@@ -163,7 +163,7 @@ result<tcp_socket> dial(const endpoint & ep, std::chrono::milliseconds timeout) 
             int err = 0;
             socklen_t len = sizeof(err);
             if (rc <= 0) {
-                last = make_error(error_code::unavailable, "timed out connecting to " + ep.to_string());
+                last = make_error(error_code::timed_out, "timed out connecting to " + ep.to_string());
                 continue;
             }
             getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);

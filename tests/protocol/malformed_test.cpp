@@ -737,7 +737,7 @@ TEST(protocol_malformed, ReplyFieldsAreChecked) {
     auto tokens = encode_reply(testing::sample_replies()[2]);
     patch_u32(tokens, 108, 0x80000000u);
     expect_refused(decode_reply(tokens, limits), "tokens");
-    for (uint32_t code : {0u, 12u, 0xffffffffu}) {
+    for (uint32_t code : {0u, 14u, 0xffffffffu}) {  // 14: one past peer_closed
         auto err = encode_reply(testing::sample_replies()[3]);
         patch_u32(err, 100, code);
         expect_refused(decode_reply(err, limits), "error_code");

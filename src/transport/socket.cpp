@@ -94,6 +94,15 @@ void tcp_socket::shutdown() {
     if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
 }
 
+std::string tcp_socket::peer_host() const {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    if (fd_ < 0 || ::getpeername(fd_, reinterpret_cast<sockaddr *>(&addr), &len) != 0) return {};
+    char host[NI_MAXHOST];
+    if (::getnameinfo(reinterpret_cast<sockaddr *>(&addr), len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) != 0) return {};
+    return host;
+}
+
 status tcp_socket::write_all(std::span<const uint8_t> data) {
     size_t done = 0;
     while (done < data.size()) {

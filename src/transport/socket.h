@@ -42,6 +42,8 @@ public:
     void close();
     // Wakes any thread blocked on this socket (its reads fail); the fd stays owned.
     void shutdown();
+    // The peer's numeric address ("127.0.0.1", "::1"); empty when it cannot be read.
+    std::string peer_host() const;
 
     // Writes all of `data`. An error (peer gone) is `unavailable`.
     status write_all(std::span<const uint8_t> data);

@@ -63,19 +63,21 @@ void fuzz_reply(std::span<const uint8_t> in, const protocol_limits & limits) {
     if (r->kind == message_kind::error) FUZZ_CHECK(!error_reply_status(*r).is_ok());
 }
 
-void fuzz_hello(std::span<const uint8_t> in, const protocol_limits & limits) {
+void fuzz_hello(std::span<const uint8_t> in) {
     if (in.size() >= hello_prefix_bytes) (void)peek_hello_version(in.first(hello_prefix_bytes));
-    if (in.size() >= hello_fixed_bytes) (void)peek_hello_length(in.first(hello_fixed_bytes), limits);
-    auto h = decode_hello(in, limits);
+    auto c = decode_auth_challenge(in);
+    if (c.is_ok()) FUZZ_CHECK(same_bytes(encode_auth_challenge(*c), in));
+    auto h = decode_hello(in);
     if (!h.is_ok()) return;
-    FUZZ_CHECK(validate_hello(*h, limits).is_ok());
+    FUZZ_CHECK(validate_hello(*h).is_ok());
     FUZZ_CHECK(same_bytes(encode_hello(*h), in));
+    FUZZ_CHECK(in.size() == hello_bytes);
     auto v = peek_hello_version(in.first(hello_prefix_bytes));
     FUZZ_CHECK(v.is_ok() && *v == protocol_version);
-    auto n = peek_hello_length(in.first(hello_fixed_bytes), limits);
-    FUZZ_CHECK(n.is_ok() && *n == in.size());
     // Deciding never fails and always yields a reply that can be sent.
-    FUZZ_CHECK(validate_hello_reply(decide_hello(*h, "secret"), protocol_limits{}).is_ok());
+    for (link_auth mine : {link_auth::none, link_auth::hmac_sha256}) {
+        FUZZ_CHECK(validate_hello_reply(decide_hello(*h, mine), protocol_limits{}).is_ok());
+    }
 }
 
 void fuzz_hello_reply(std::span<const uint8_t> in, const protocol_limits & limits) {
@@ -115,7 +117,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
         fuzz_request(in, *limits);
         fuzz_step(in, *limits);
         fuzz_reply(in, *limits);
-        fuzz_hello(in, *limits);
+        fuzz_hello(in);
         fuzz_hello_reply(in, *limits);
     }
     return 0;

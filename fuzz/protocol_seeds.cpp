@@ -35,6 +35,7 @@ int main(int argc, char ** argv) {
     ok &= write_file(dir + "/step.bin", encode_step(testing::sample_step()));
     ok &= write_file(dir + "/hello.bin", encode_hello(testing::sample_hello()));
     ok &= write_file(dir + "/hello_reply.bin", encode_hello_reply(testing::sample_hello_reply()));
+    ok &= write_file(dir + "/auth_challenge.bin", encode_auth_challenge(testing::sample_auth_challenge()));
     if (!ok) {
         std::fprintf(stderr, "protocol_fuzz_seeds: cannot write to %s\n", dir.c_str());
         return 1;

@@ -16,6 +16,8 @@ std::string_view error_code_name(error_code code) {
         case error_code::runtime:          return "runtime";
         case error_code::internal:         return "internal";
         case error_code::cancelled:        return "cancelled";
+        case error_code::timed_out:        return "timed_out";
+        case error_code::peer_closed:      return "peer_closed";
     }
     return "internal";
 }

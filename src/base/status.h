@@ -28,6 +28,11 @@ enum class error_code {
     runtime,           // a failure while computing (out of KV blocks, ...)
     internal,          // a broken invariant detected without crashing
     cancelled,
+    // A peer did not answer before a deadline (a stalled or frozen stage, a silent
+    // dialer). Its error class is `unavailable`.
+    timed_out,
+    // A peer closed the connection (EOF). Its error class is `unavailable`.
+    peer_closed,
 };
 
 // Stable lowercase name of a code ("invalid_data"), used in logs and telemetry.

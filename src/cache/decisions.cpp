@@ -102,7 +102,9 @@ std::string_view error_class_name(error_code code) {
         case error_code::not_found: return "not_found";
         case error_code::unsupported: return "unsupported";
         case error_code::invalid_data: return "invalid_data";
-        case error_code::unavailable: return "unavailable";
+        case error_code::unavailable:
+        case error_code::timed_out:
+        case error_code::peer_closed: return "unavailable";
         case error_code::permission: return "permission";
         case error_code::io: return "io";
         case error_code::runtime:

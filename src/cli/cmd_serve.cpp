@@ -207,14 +207,16 @@ int run_serve(const serve_options & o) {
     const std::string topology_text = o.chain.topology_path.empty() ? "" : " from " + o.chain.topology_path;
     SKIPPY_LOG_INFO("listening on http://%s:%d (model %s, stages %d%s, lanes %d, ctx %d, kv %s, threads %d, batch %d, "
                     "queue %d, queue timeout %g s, max body %lld bytes, max connections %d, head timeout %g s, "
-                    "body timeout %g s + %g bytes/s, idle timeout %g s, prefix cache %s, chat template %s, telemetry %s%s%s)",
+                    "body timeout %g s + %g bytes/s, idle timeout %g s, prefix cache %s, chat template %s, telemetry %s%s%s, "
+                    "stage links %s)",
                     o.host.c_str(), server.port(), so.model_id.c_str(), pipeline.n_stages(), topology_text.c_str(),
                     pipeline.n_lanes(), pipeline.ctx_size(), o.runtime.kv_type.c_str(), resolve_threads(o.runtime.threads),
                     o.batch_size, o.queue, o.queue_timeout_s, static_cast<long long>(o.max_body_bytes),
                     server.max_connections(), o.head_timeout_s, o.body_timeout_s, o.min_body_rate, o.idle_timeout_s,
                     o.runtime.kv_cache.c_str(),
                     template_text.c_str(), events ? o.runtime.telemetry_level.c_str() : "off",
-                    events ? " -> " : "", events ? o.runtime.telemetry_file.c_str() : "");
+                    events ? " -> " : "", events ? o.runtime.telemetry_file.c_str() : "",
+                    std::string(transport::stage_auth_summary(chain->link.stage_key)).c_str());
 
     int signal_number = 0;
     sigwait(&stop_signals, &signal_number);

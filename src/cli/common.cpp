@@ -80,7 +80,10 @@ void add_runtime_flags(CLI::App * cmd, runtime_flags & f, int32_t default_lanes)
     add_number(cmd, "-c,--ctx-size", f.ctx_size, "Context size in tokens per lane (default: the model's, at most 4096)", 1, 1 << 24);
     add_number(cmd, "--lanes", f.lanes, "Concurrent sessions (lanes) per stage", 1, 1024)->capture_default_str();
     cmd->add_option("--kv-type", f.kv_type, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
-    cmd->add_option("--auth-token", f.auth_token, "Shared secret required on stage connections (default: none)");
+    cmd->add_option("--stage-key-file", f.stage_key_file,
+                    "File holding the key every stage of the chain shares: stage links prove it and MAC every frame "
+                    "(required when a stage is not on loopback; default: none)")
+        ->check(CLI::ExistingFile);
     add_number(cmd, "--wire-delay-ms", f.wire_delay_ms, "Delay added before every frame written to a stage link (simulates a slow link)",
                0, 60000);
     cmd->add_option("--kv-cache", f.kv_cache, "Prefix cache: off, record (fill only) or lookup-record")
@@ -138,7 +141,9 @@ stage_options to_stage_options(const runtime_flags & f) {
 
 result<transport::chain_options> to_chain_options(const runtime_flags & f) {
     transport::chain_options c;
-    c.link.auth_token = f.auth_token;
+    if (!f.stage_key_file.empty()) {
+        SKIPPY_ASSIGN_OR_RETURN(c.link.stage_key, transport::load_stage_key(f.stage_key_file));
+    }
     c.link.wire_delay_ms = f.wire_delay_ms;
     cache::stage_cache_config & cc = c.cache.config;
     cc.mode = f.kv_cache == "off" ? cache::cache_mode::off : f.kv_cache == "record" ? cache::cache_mode::record
@@ -201,7 +206,9 @@ result<std::unique_ptr<transport::chain_pipeline>> make_pipeline(std::shared_ptr
     const stage_options so = to_stage_options(flags);
     if (!choice.topology_path.empty()) {
         SKIPPY_ASSIGN_OR_RETURN(transport::topology topo, transport::topology::load(choice.topology_path));
-        SKIPPY_LOG_INFO("stage 0 of %d (topology %s)", topo.n_stages(), choice.topology_path.c_str());
+        SKIPPY_TRY(transport::check_stage_auth(topo, co.link.stage_key));
+        SKIPPY_LOG_INFO("stage 0 of %d (topology %s), stage links %s", topo.n_stages(), choice.topology_path.c_str(),
+                        std::string(transport::stage_auth_summary(co.link.stage_key)).c_str());
         return transport::make_topology_chain(std::move(file), topo, so, co);
     }
     return transport::make_embedded_chain(std::move(file), choice.stages, so, co);

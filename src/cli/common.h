@@ -58,7 +58,7 @@ struct runtime_flags {
     int32_t     ctx_size = 0;
     int32_t     lanes = 1;
     std::string kv_type = "f16";
-    std::string auth_token;       // shared secret on stage connections
+    std::string stage_key_file;   // shared key that authenticates stage links (empty: none)
     int32_t     wire_delay_ms = 0;
     // Prefix cache (DESIGN §6)
     std::string kv_cache = "lookup-record";
@@ -76,7 +76,7 @@ struct runtime_flags {
     std::string telemetry_level = "summary";
 };
 
-// Adds -t, -c/--ctx-size, --lanes, --kv-type, --auth-token, --wire-delay-ms, the
+// Adds -t, -c/--ctx-size, --lanes, --kv-type, --stage-key-file, --wire-delay-ms, the
 // --kv-cache* flags (incl. --kv-cache-demote on|off, --kv-cache-disk DIR,
 // --kv-cache-disk-max-bytes, --kv-cache-redis URL, --kv-cache-redis-timeout-ms) and
 // --telemetry-file/--telemetry-level.

@@ -2,6 +2,8 @@
 #include "protocol/protocol.h"
 #include "protocol/wire.h"
 
+#include <algorithm>
+
 namespace skippy::protocol {
 
 std::string_view message_kind_name(message_kind kind) {
@@ -62,6 +64,25 @@ result<message_kind> peek_frame_kind(std::span<const uint8_t> header) {
         return wire::bad_field("frame", "kind", 4, "unknown kind " + wire::num(static_cast<uint16_t>(kind)));
     }
     return kind;
+}
+
+uint32_t max_frame_bytes_of_kind(message_kind kind, const protocol_limits & limits) {
+    switch (kind) {
+        case message_kind::prefill:
+        case message_kind::prefill_final:
+        case message_kind::decode:
+        case message_kind::try_restore_prefill_decode:
+        case message_kind::step:
+            return limits.max_frame_bytes;
+        default:
+            break;
+    }
+    // Generous on purpose (the decoders check the exact layout): every variable part any
+    // other kind can hold, at its limit, plus 1 MiB for the fixed fields.
+    const uint64_t bound = (uint64_t{1} << 20) + 8ull * limits.max_tokens_per_message + limits.max_cache_key_bytes +
+                           limits.max_grammar_bytes + 16ull * limits.max_logit_bias + 64ull * limits.max_predicted_tokens +
+                           8ull * (max_logprobs + 1) + limits.max_error_message_bytes;
+    return static_cast<uint32_t>(std::min<uint64_t>(bound, limits.max_frame_bytes));
 }
 
 }  // namespace skippy::protocol

@@ -44,14 +44,6 @@ status read_hello_version(wire::field_reader & r) {
     return status::ok();
 }
 
-status check_token_length(wire::field_reader & r, uint16_t n, size_t at, const protocol_limits & limits) {
-    if (n > limits.max_auth_token_bytes) {
-        return r.fail("auth_token_len", at,
-                      wire::num(n) + " exceeds max_auth_token_bytes " + wire::num(limits.max_auth_token_bytes));
-    }
-    return status::ok();
-}
-
 status check_reason_length(wire::field_reader & r, uint16_t n, size_t at, const protocol_limits & limits) {
     if (n > limits.max_error_message_bytes) {
         return r.fail("reason_len", at,
@@ -64,15 +56,12 @@ std::string_view as_chars(std::span<const uint8_t> bytes) {
     return {reinterpret_cast<const char *>(bytes.data()), bytes.size()};
 }
 
-// Equality whose running time depends only on peer.size(), not on where the tokens
-// differ, so a peer cannot guess the secret byte by byte. REQUIRES: !expected.empty().
-bool tokens_equal(std::string_view peer, std::string_view expected) {
-    assert(!expected.empty());
-    size_t diff = peer.size() ^ expected.size();
-    for (size_t i = 0; i < peer.size(); ++i) {
-        diff |= static_cast<uint8_t>(peer[i] ^ expected[i % expected.size()]);
-    }
-    return diff == 0;
+bool known_auth(uint16_t v) {
+    return v == static_cast<uint16_t>(link_auth::none) || v == static_cast<uint16_t>(link_auth::hmac_sha256);
+}
+
+bool all_zero(std::span<const uint8_t> bytes) {
+    return std::all_of(bytes.begin(), bytes.end(), [](uint8_t b) { return b == 0; });
 }
 
 }  // namespace
@@ -80,30 +69,32 @@ bool tokens_equal(std::string_view peer, std::string_view expected) {
 // ---------------------------------------------------------------------------------
 // hello
 
-status validate_hello(const hello & h, const protocol_limits & limits) {
+status validate_hello(const hello & h) {
     if (!known_link(static_cast<uint16_t>(h.link))) {
         return make_error(error_code::invalid_argument, "hello: unknown link kind " + wire::num(static_cast<uint16_t>(h.link)));
     }
-    if (h.auth_token.size() > limits.max_auth_token_bytes || h.auth_token.size() > std::numeric_limits<uint16_t>::max()) {
-        return make_error(error_code::invalid_argument, "hello: auth token of " + wire::num(h.auth_token.size()) +
-                                                            " bytes exceeds max_auth_token_bytes " +
-                                                            wire::num(limits.max_auth_token_bytes));
+    if (!known_auth(static_cast<uint16_t>(h.auth))) {
+        return make_error(error_code::invalid_argument, "hello: unknown auth mode " + wire::num(static_cast<uint16_t>(h.auth)));
+    }
+    if (h.auth == link_auth::none && !all_zero(h.nonce)) {
+        return make_error(error_code::invalid_argument, "hello: a nonce without auth");
     }
     return status::ok();
 }
 
 std::vector<uint8_t> encode_hello(const hello & h) {
-    assert(h.auth_token.size() <= std::numeric_limits<uint16_t>::max());
     std::vector<uint8_t> out;
-    out.reserve(hello_fixed_bytes + h.auth_token.size());
+    out.reserve(hello_bytes);
     byte_writer w(out);
     w.put_bytes(hello_magic.data(), hello_magic.size());
     w.put_u16(h.version);
     w.put_u16(static_cast<uint16_t>(h.link));
     w.put_u32(h.lane);
     w.put_u32(h.sender_stage);
-    w.put_u16(static_cast<uint16_t>(h.auth_token.size()));
-    w.put_bytes(h.auth_token.data(), h.auth_token.size());
+    w.put_u16(static_cast<uint16_t>(h.auth));
+    w.put_u16(0);  // reserved
+    w.put_bytes(h.nonce.data(), h.nonce.size());
+    assert(out.size() == hello_bytes);
     return out;
 }
 
@@ -115,18 +106,7 @@ result<uint16_t> peek_hello_version(std::span<const uint8_t> prefix) {
     return version;
 }
 
-result<size_t> peek_hello_length(std::span<const uint8_t> fixed, const protocol_limits & limits) {
-    wire::field_reader r(fixed.first(std::min(fixed.size(), hello_fixed_bytes)), hello_name);
-    SKIPPY_TRY(read_magic(r));
-    SKIPPY_TRY(read_hello_version(r));
-    SKIPPY_TRY(r.need("auth_token_len", hello_fixed_bytes - r.offset()));
-    const size_t at = hello_fixed_bytes - 2;
-    const uint16_t n = load_u16_le(fixed.data() + at);
-    SKIPPY_TRY(check_token_length(r, n, at, limits));
-    return hello_fixed_bytes + n;
-}
-
-result<hello> decode_hello(std::span<const uint8_t> bytes, const protocol_limits & limits) {
+result<hello> decode_hello(std::span<const uint8_t> bytes) {
     wire::field_reader r(bytes, hello_name);
     hello h;
     SKIPPY_TRY(read_magic(r));
@@ -138,15 +118,43 @@ result<hello> decode_hello(std::span<const uint8_t> bytes, const protocol_limits
     h.link = static_cast<link_kind>(link);
     SKIPPY_TRY(r.u32("lane", h.lane));
     SKIPPY_TRY(r.u32("sender_stage", h.sender_stage));
-    uint16_t n = 0;
-    const size_t n_at = r.offset();
-    SKIPPY_TRY(r.u16("auth_token_len", n));
-    SKIPPY_TRY(check_token_length(r, n, n_at, limits));
-    std::span<const uint8_t> token;
-    SKIPPY_TRY(r.bytes("auth_token", n, token));
-    h.auth_token.assign(as_chars(token));
+    uint16_t auth = 0;
+    const size_t auth_at = r.offset();
+    SKIPPY_TRY(r.u16("auth", auth));
+    if (!known_auth(auth)) return r.fail("auth", auth_at, "unknown auth mode " + wire::num(auth));
+    h.auth = static_cast<link_auth>(auth);
+    uint16_t reserved = 0;
+    const size_t reserved_at = r.offset();
+    SKIPPY_TRY(r.u16("reserved", reserved));
+    if (reserved != 0) return r.fail("reserved", reserved_at, "must be zero");
+    std::span<const uint8_t> nonce;
+    const size_t nonce_at = r.offset();
+    SKIPPY_TRY(r.bytes("nonce", auth_nonce_bytes, nonce));
+    if (h.auth == link_auth::none && !all_zero(nonce)) return r.fail("nonce", nonce_at, "must be zero without auth");
+    std::copy(nonce.begin(), nonce.end(), h.nonce.begin());
     SKIPPY_TRY(r.expect_end());
     return h;
+}
+
+// ---------------------------------------------------------------------------------
+// auth_challenge
+
+std::vector<uint8_t> encode_auth_challenge(const auth_challenge & c) {
+    std::vector<uint8_t> out(c.nonce.begin(), c.nonce.end());
+    out.insert(out.end(), c.proof.begin(), c.proof.end());
+    return out;
+}
+
+result<auth_challenge> decode_auth_challenge(std::span<const uint8_t> bytes) {
+    wire::field_reader r(bytes, "auth_challenge");
+    auth_challenge c;
+    std::span<const uint8_t> part;
+    SKIPPY_TRY(r.bytes("nonce", auth_nonce_bytes, part));
+    std::copy(part.begin(), part.end(), c.nonce.begin());
+    SKIPPY_TRY(r.bytes("proof", auth_mac_bytes, part));
+    std::copy(part.begin(), part.end(), c.proof.begin());
+    SKIPPY_TRY(r.expect_end());
+    return c;
 }
 
 // ---------------------------------------------------------------------------------
@@ -222,13 +230,14 @@ hello_reply refuse_version(uint16_t peer_version) {
     return r;
 }
 
-hello_reply decide_hello(const hello & peer, std::string_view auth_token) {
+hello_reply decide_hello(const hello & peer, link_auth mine) {
     if (peer.version != protocol_version) return refuse_version(peer.version);
     hello_reply r;
-    if (!auth_token.empty() && !tokens_equal(peer.auth_token, auth_token)) {
+    if (peer.auth != mine) {
         r.status = hello_status::unauthorized;
-        r.reason = peer.auth_token.empty() ? "this stage requires an auth token and the peer sent none"
-                                           : "the peer's auth token does not match this stage's";
+        r.reason = mine == link_auth::none
+                       ? "the peer authenticates with a stage key but this stage has none (--stage-key-file)"
+                       : "this stage requires a stage key (--stage-key-file) and the peer has none";
     }
     return r;
 }

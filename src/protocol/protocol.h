@@ -5,8 +5,9 @@
 //
 //   connection:  hello ──▶            (dialer)
 //                ◀── hello_reply       (listener)
+//                [ ◀── auth_challenge, auth_proof ──▶, ◀── hello_reply ]  (authenticated links)
 //                frame, frame, ...     (both directions)
-//   frame:       u32 frame_bytes | u16 kind | body
+//   frame:       u32 frame_bytes | u16 kind | body [| 32-byte MAC on authenticated links]
 //
 // Everything is little-endian and encoded field by field. Decoders trust nothing:
 // every count and length is checked against protocol_limits and against the bytes
@@ -45,7 +46,9 @@ namespace skippy::protocol {
 // Version 3: Step frames on batch links (several lanes' rows in one frame).
 // Version 4: the generation config carries a grammar (GBNF text) after the cache key.
 // Version 5: the generation config asks for n_logprobs; PredictedToken carries them.
-inline constexpr uint16_t protocol_version = 5;
+// Version 6: challenge-response authentication in the handshake (no token on the
+// wire) and a MAC after every frame of an authenticated link.
+inline constexpr uint16_t protocol_version = 6;
 // Version of the state header inside a request.
 inline constexpr uint16_t state_header_version = 1;
 
@@ -66,8 +69,6 @@ struct protocol_limits {
     // Longest grammar in a generation config, in bytes. Default 1 MiB (the sampler's
     // own bound, sampling_bounds::max_grammar_bytes).
     uint32_t max_grammar_bytes = 1u << 20;
-    // Longest shared-secret token in a hello, in bytes. Default 256.
-    uint32_t max_auth_token_bytes = 256;
     // Longest error message (Error reply) or refusal reason (hello_reply), in bytes of
     // UTF-8. Default 4096.
     uint32_t max_error_message_bytes = 4096;
@@ -99,8 +100,17 @@ inline constexpr std::array<uint8_t, 4> hello_magic = {'S', 'K', 'P', 'Y'};
 // magic + u16 version: the part of a hello (and a hello_reply) that every protocol
 // version keeps, so a listener can always tell a peer that it speaks another version.
 inline constexpr size_t hello_prefix_bytes = 6;
-// A hello up to its auth token: magic, version, link kind, lane, sender stage, token length.
-inline constexpr size_t hello_fixed_bytes = 18;
+// A whole hello (it has no variable part): magic, version, link kind, lane, sender
+// stage, auth mode, reserved, nonce.
+inline constexpr size_t hello_bytes = 52;
+// Random bytes each side contributes to an authenticated handshake.
+inline constexpr size_t auth_nonce_bytes = 32;
+// An HMAC-SHA256 value: the proofs of the handshake and the MAC after each frame.
+inline constexpr size_t auth_mac_bytes = 32;
+// auth_challenge: the listener's nonce and its proof.
+inline constexpr size_t auth_challenge_bytes = auth_nonce_bytes + auth_mac_bytes;
+// auth_proof: the dialer's proof.
+inline constexpr size_t auth_proof_bytes = auth_mac_bytes;
 // A hello_reply up to its reason: magic, version, status, reason length. This layout
 // is frozen across versions so that a refusal is always readable.
 inline constexpr size_t hello_reply_fixed_bytes = 10;
@@ -111,15 +121,34 @@ enum class link_kind : uint16_t {
     batch = 3,          // stage k-1 dials stage k, one per hop (lane 0): Step frames down, their acks up
 };
 
+// How a connection is authenticated (both sides must configure the same).
+enum class link_auth : uint16_t {
+    none = 0,         // no key: loopback-only chains
+    hmac_sha256 = 1,  // challenge-response on a shared key, then a MAC after every frame
+};
+
+using auth_nonce = std::array<uint8_t, auth_nonce_bytes>;
+using auth_mac = std::array<uint8_t, auth_mac_bytes>;
+
 // First message on every connection, sent by the dialer.
 struct hello {
-    uint16_t    version = protocol_version;
-    link_kind   link = link_kind::forward;
-    uint32_t    lane = 0;
-    uint32_t    sender_stage = 0;
-    std::string auth_token;  // opaque bytes; empty when the stages run without auth
+    uint16_t   version = protocol_version;
+    link_kind  link = link_kind::forward;
+    uint32_t   lane = 0;
+    uint32_t   sender_stage = 0;
+    link_auth  auth = link_auth::none;
+    auth_nonce nonce{};  // the dialer's random bytes; all zero when auth is none
 
     bool operator==(const hello &) const = default;
+};
+
+// The listener's half of an authenticated handshake, sent right after an ok
+// hello_reply: its own nonce and its proof of the key over both nonces.
+struct auth_challenge {
+    auth_nonce nonce{};
+    auth_mac   proof{};
+
+    bool operator==(const auth_challenge &) const = default;
 };
 
 enum class hello_status : uint16_t {
@@ -139,9 +168,9 @@ struct hello_reply {
     bool operator==(const hello_reply &) const = default;
 };
 
-// REQUIRES: validate_hello(h, receiver limits) is ok.
+// REQUIRES: validate_hello(h) is ok.
 std::vector<uint8_t> encode_hello(const hello & h);
-status validate_hello(const hello & h, const protocol_limits & limits);
+status validate_hello(const hello & h);
 
 // Reads the magic and version from the first hello_prefix_bytes of a hello. A listener
 // reads these first and, on a version other than protocol_version, answers
@@ -149,14 +178,15 @@ status validate_hello(const hello & h, const protocol_limits & limits);
 // REQUIRES: prefix.size() >= hello_prefix_bytes.
 result<uint16_t> peek_hello_version(std::span<const uint8_t> prefix);
 
-// The total size of a hello from its first hello_fixed_bytes (checks the magic, the
-// version and the token length against limits).
-// REQUIRES: fixed.size() >= hello_fixed_bytes.
-result<size_t> peek_hello_length(std::span<const uint8_t> fixed, const protocol_limits & limits);
+// Decodes a whole hello (exactly hello_bytes). A version other than protocol_version
+// is `unsupported`, with the same reason refuse_version() gives; an unknown auth mode,
+// a reserved field that is not zero or a nonce that is not zero without auth is
+// invalid_data.
+result<hello> decode_hello(std::span<const uint8_t> bytes);
 
-// Decodes a whole hello (exactly its bytes). A version other than protocol_version is
-// `unsupported`, with the same reason refuse_version() gives.
-result<hello> decode_hello(std::span<const uint8_t> bytes, const protocol_limits & limits);
+// Exactly auth_challenge_bytes (nonce, proof); any bytes decode.
+std::vector<uint8_t> encode_auth_challenge(const auth_challenge & c);
+result<auth_challenge> decode_auth_challenge(std::span<const uint8_t> bytes);
 
 // REQUIRES: validate_hello_reply(r, receiver limits) is ok.
 std::vector<uint8_t> encode_hello_reply(const hello_reply & r);
@@ -171,11 +201,11 @@ result<size_t> peek_hello_reply_length(std::span<const uint8_t> fixed, const pro
 result<hello_reply> decode_hello_reply(std::span<const uint8_t> bytes, const protocol_limits & limits);
 
 // The listener's decision on a decoded hello: version_mismatch when the versions
-// differ, unauthorized when `auth_token` is not empty and differs from the peer's
-// (compared in time independent of where they differ), else ok. Lane ranges and busy
-// lanes are the transport's to check. The reason names what was wrong, e.g. "peer
-// speaks protocol version 1, this stage speaks 2"; it never echoes a token.
-hello_reply decide_hello(const hello & peer, std::string_view auth_token);
+// differ, unauthorized when the peer's auth mode is not `mine` (one side has a key,
+// the other none), else ok (for an authenticated link: go on with the challenge).
+// Proofs, lane ranges and busy lanes are the transport's to check. The reason names
+// what was wrong, e.g. "peer speaks protocol version 1, this stage speaks 2".
+hello_reply decide_hello(const hello & peer, link_auth mine);
 
 // The refusal for a peer whose hello announced `peer_version` != protocol_version.
 hello_reply refuse_version(uint16_t peer_version);
@@ -225,6 +255,13 @@ result<uint32_t> peek_frame_length(std::span<const uint8_t> first4, const protoc
 // The kind of a frame (request, step or reply) from its first frame_header_bytes; an
 // unknown kind is invalid_data. REQUIRES: header.size() >= frame_header_bytes.
 result<message_kind> peek_frame_kind(std::span<const uint8_t> header);
+
+// The largest frame a kind can have: max_frame_bytes for the kinds that carry
+// activation rows (Prefill, PrefillFinal, Decode, TryRestorePrefillDecode, Step), a
+// bound of a few MiB derived from the limits (token ids, generation config, predicted
+// tokens, messages) for every other kind. The transport refuses a longer length field
+// before it reads the body.
+uint32_t max_frame_bytes_of_kind(message_kind kind, const protocol_limits & limits);
 
 // ---------------------------------------------------------------------------------
 // Stats block: what a request met on its way, merged hop by hop (DESIGN §5)

@@ -26,6 +26,8 @@ static_assert(static_cast<uint32_t>(error_code::io) == 8);
 static_assert(static_cast<uint32_t>(error_code::runtime) == 9);
 static_assert(static_cast<uint32_t>(error_code::internal) == 10);
 static_assert(static_cast<uint32_t>(error_code::cancelled) == 11);
+static_assert(static_cast<uint32_t>(error_code::timed_out) == 12);
+static_assert(static_cast<uint32_t>(error_code::peer_closed) == 13);
 
 // True for every error code but ok. A code added to skippy::error_code without a case
 // here is a -Wswitch warning; until it gets one it is refused on the wire.
@@ -43,6 +45,8 @@ bool is_wire_error_code(uint32_t v) {
         case error_code::runtime:
         case error_code::internal:
         case error_code::cancelled:
+        case error_code::timed_out:
+        case error_code::peer_closed:
             return true;
     }
     return false;

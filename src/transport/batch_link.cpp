@@ -49,7 +49,7 @@ void batch_link::read_loop(stage_link * link) {
         std::unique_lock<std::mutex> lock(mutex_);
         if (failed_) return;  // closed or failed by the sender
         if (!r.is_ok()) {
-            fail_locked(link->peer_closed() ? make_error(error_code::unavailable, link->peer_name() + ": connection closed by the peer")
+            fail_locked(link->peer_closed() ? make_error(error_code::peer_closed, link->peer_name() + ": connection closed by the peer")
                                             : r.error(),
                         lock);
             return;

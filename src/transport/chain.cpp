@@ -53,7 +53,7 @@ constexpr int32_t k_fallback_chunk_tokens = 512;
 chain_pipeline::chain_pipeline(std::unique_ptr<stage> stage0, std::unique_ptr<stage_cache_host> cache, topology topo,
                                tcp_listener return_listener, const chain_options & options)
     : stage_(std::move(stage0)), cache_(std::move(cache)), topo_(std::move(topo)), listener_(std::move(return_listener)),
-      options_(options), handshakes_(options.link.max_pending_handshakes), runner_(*stage_) {
+      options_(options), handshakes_(options.link.max_pending_handshakes, options.link.max_pending_handshakes_per_address), runner_(*stage_) {
     for (int32_t i = 0; i < stage_->n_lanes(); ++i) {
         auto dial = [this, i]() -> result<stage_link> {
             protocol::hello h;
@@ -189,8 +189,10 @@ void chain_pipeline::accept_loop() {
     while (!stopping_.load()) {
         auto accepted = listener_.accept(std::chrono::milliseconds(100));
         if (!accepted.is_ok()) continue;
-        if (!handshakes_.start(std::move(accepted).value(), [this](handshake_pool::pending & p) { register_return_link(p); })) {
-            SKIPPY_LOG_WARN("stage 0: closed a connection: %d handshakes already pending", options_.link.max_pending_handshakes);
+        const int64_t evicted = handshakes_.n_evicted();
+        if (!handshakes_.start(std::move(accepted).value(), [this](handshake_pool::pending & p) { register_return_link(p); })) continue;
+        if (handshakes_.n_evicted() > evicted) {
+            SKIPPY_LOG_WARN("stage 0: too many pending handshakes: closed the oldest to make room");
         }
     }
 }
@@ -209,14 +211,16 @@ void chain_pipeline::register_return_link(handshake_pool::pending & p) {
         SKIPPY_LOG_WARN("stage 0: refused a return link: %s", hello.error().to_string().c_str());
         return;
     }
-    auto open = read_first_request(p.socket(), options_.link, clock::now() + options_.link.handshake_timeout);
-    if (!open.is_ok() || open->kind != message_kind::prediction_return_open || open->session_id != hello->lane) {
-        SKIPPY_LOG_WARN("stage 0: return link for lane %u did not open properly%s", hello->lane,
+    const uint32_t lane = hello->hello.lane;
+    auto open = read_first_request(p.socket(), options_.link, hello->macs.recv, clock::now() + options_.link.handshake_timeout);
+    if (!open.is_ok() || open->kind != message_kind::prediction_return_open || open->session_id != lane) {
+        SKIPPY_LOG_WARN("stage 0: return link for lane %u did not open properly%s", lane,
                         open.is_ok() ? "" : (": " + open.error().to_string()).c_str());
         return;
     }
-    auto link = std::make_unique<stage_link>(p.take(), options_.link, "stage " + std::to_string(final_stage) + " (return)");
-    lane_state & ls = *lanes_[hello->lane];
+    auto link = std::make_unique<stage_link>(p.take(), options_.link, "stage " + std::to_string(final_stage) + " (return)",
+                                             std::move(hello->macs));
+    lane_state & ls = *lanes_[lane];
     {
         std::lock_guard<std::mutex> lock(ls.return_mutex);
         ls.return_link = std::move(link);
@@ -282,7 +286,7 @@ status chain_pipeline::upstream_reason(lane_state & ls, const status & fallback)
     while (ls.forward.connected()) {
         auto r = ls.forward.link().read_reply(deadline);
         if (!r.is_ok()) {
-            if (r.error().message().find("timed out") != std::string::npos) return fallback;
+            if (r.error().code() == error_code::timed_out) return fallback;
             return r.error();  // the nearest failed stage: stage 1
         }
         if (r->kind == message_kind::error) return protocol::error_reply_status(*r);
@@ -437,7 +441,7 @@ result<token_id> chain_pipeline::wait_for_token(int32_t lane, uint64_t request_i
     while (true) {
         const int fds[2] = {ret->fd(), ls.forward.fd()};
         const int ready = wait_readable(fds, deadline);
-        if (ready < 0) return fail_lane(lane, make_error(error_code::unavailable, "timed out waiting for the predicted token"));
+        if (ready < 0) return fail_lane(lane, make_error(error_code::timed_out, "timed out waiting for the predicted token"));
         if (ready == 1) {
             // Nothing but an Error travels up a lane's forward link while it decodes.
             status st = ls.forward.read_one(0, nullptr);

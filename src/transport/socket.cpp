@@ -94,6 +94,15 @@ void tcp_socket::shutdown() {
     if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
 }
 
+std::string tcp_socket::peer_host() const {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    if (fd_ < 0 || ::getpeername(fd_, reinterpret_cast<sockaddr *>(&addr), &len) != 0) return {};
+    char host[NI_MAXHOST];
+    if (::getnameinfo(reinterpret_cast<sockaddr *>(&addr), len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) != 0) return {};
+    return host;
+}
+
 status tcp_socket::write_all(std::span<const uint8_t> data) {
     size_t done = 0;
     while (done < data.size()) {
@@ -127,8 +136,8 @@ status tcp_socket::read_exact(std::span<uint8_t> out, clock::time_point deadline
             continue;
         }
         if (n == 0) {
-            if (done == 0) return finish(make_error(error_code::unavailable, std::string(peer_closed_message)));
-            return finish(make_error(error_code::unavailable, std::string(peer_closed_message) + " after " + std::to_string(done) + " of " +
+            if (done == 0) return finish(make_error(error_code::peer_closed, "connection closed by the peer"));
+            return finish(make_error(error_code::peer_closed, "connection closed by the peer after " + std::to_string(done) + " of " +
                                                                   std::to_string(out.size()) + " bytes"));
         }
         if (errno == EINTR) continue;
@@ -139,7 +148,7 @@ status tcp_socket::read_exact(std::span<uint8_t> out, clock::time_point deadline
             if (errno == EINTR) continue;
             return finish(sys_error("poll failed"));
         }
-        if (rc == 0 && clock::now() >= deadline) return finish(make_error(error_code::unavailable, "timed out waiting for the peer"));
+        if (rc == 0 && clock::now() >= deadline) return finish(make_error(error_code::timed_out, "timed out waiting for the peer"));
     }
     return finish(status::ok());
 }
@@ -163,7 +172,7 @@ result<tcp_socket> dial(const endpoint & ep, std::chrono::milliseconds timeout) 
             int err = 0;
             socklen_t len = sizeof(err);
             if (rc <= 0) {
-                last = make_error(error_code::unavailable, "timed out connecting to " + ep.to_string());
+                last = make_error(error_code::timed_out, "timed out connecting to " + ep.to_string());
                 continue;
             }
             getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);

@@ -26,10 +26,6 @@ struct endpoint {
 
 using clock = std::chrono::steady_clock;
 
-// The message of the status read_exact returns when the peer closed the connection
-// before the first byte of the read.
-inline constexpr std::string_view peer_closed_message = "connection closed by the peer";
-
 // An owned, connected TCP socket (TCP_NODELAY set).
 class tcp_socket {
 public:
@@ -46,13 +42,14 @@ public:
     void close();
     // Wakes any thread blocked on this socket (its reads fail); the fd stays owned.
     void shutdown();
+    // The peer's numeric address ("127.0.0.1", "::1"); empty when it cannot be read.
+    std::string peer_host() const;
 
     // Writes all of `data`. An error (peer gone) is `unavailable`.
     status write_all(std::span<const uint8_t> data);
-    // Reads exactly out.size() bytes before `deadline`. EOF or reset is `unavailable`
-    // ("connection closed by the peer", naming the byte count when some had arrived),
-    // the deadline `unavailable` with "timed out". *n_read (if given) is set to the
-    // bytes read, also on failure.
+    // Reads exactly out.size() bytes before `deadline`. EOF is `peer_closed` (the
+    // message names the byte count when some had arrived), a reset `unavailable`, the
+    // deadline `timed_out`. *n_read (if given) is set to the bytes read, also on failure.
     status read_exact(std::span<uint8_t> out, clock::time_point deadline, size_t * n_read = nullptr);
 
 private:

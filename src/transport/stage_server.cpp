@@ -398,7 +398,7 @@ status stage_server::lane_worker::forward_sync(protocol::request fwd, protocol::
 stage_server::stage_server(std::unique_ptr<stage> st, std::unique_ptr<stage_cache_host> cache, int32_t stage_index, topology topo,
                            tcp_listener listener, const chain_options & options)
     : stage_(std::move(st)), cache_(std::move(cache)), stage_index_(stage_index), topo_(std::move(topo)),
-      listener_(std::move(listener)), options_(options), handshakes_(options.link.max_pending_handshakes), batch_runner_(*stage_) {
+      listener_(std::move(listener)), options_(options), handshakes_(options.link.max_pending_handshakes, options.link.max_pending_handshakes_per_address), batch_runner_(*stage_) {
     for (int32_t i = 0; i < stage_->n_lanes(); ++i) lanes_.push_back(std::make_unique<lane_slot>(*stage_, cache_.get(), i, stage_index_));
     sessions_ = std::make_unique<session_lanes>([this](int32_t lane) { return &lanes_[static_cast<size_t>(lane)]->session; }, true);
     if (!stage_->is_last()) {
@@ -451,6 +451,7 @@ void stage_server::accept_loop() {
         if (!accepted.is_ok()) continue;
         // The hello is read on a handshake thread: a dialer that says nothing must not
         // hold up the next connection.
+        const int64_t evicted = handshakes_.n_evicted();
         const bool started = handshakes_.start(std::move(accepted).value(), [this](handshake_pool::pending & p) {
             auto hello = answer_hello(p.socket(), options_.link, [&](const protocol::hello & h) -> status {
                 const std::string me = "stage " + std::to_string(stage_index_);
@@ -474,15 +475,15 @@ void stage_server::accept_loop() {
                 return;
             }
             const std::string peer = "stage " + std::to_string(stage_index_ - 1);
-            if (hello->link == protocol::link_kind::batch) {
-                start_batch(stage_link(p.take(), options_.link, peer + " (steps)"));
+            const protocol::hello h = hello->hello;
+            if (h.link == protocol::link_kind::batch) {
+                start_batch(stage_link(p.take(), options_.link, peer + " (steps)", std::move(hello->macs)));
             } else {
-                start_lane(static_cast<int32_t>(hello->lane), stage_link(p.take(), options_.link, peer));
+                start_lane(static_cast<int32_t>(h.lane), stage_link(p.take(), options_.link, peer, std::move(hello->macs)));
             }
         });
-        if (!started) {
-            SKIPPY_LOG_WARN("stage %d: closed a connection: %d handshakes already pending", stage_index_,
-                            options_.link.max_pending_handshakes);
+        if (started && handshakes_.n_evicted() > evicted) {
+            SKIPPY_LOG_WARN("stage %d: too many pending handshakes: closed the oldest to make room", stage_index_);
         }
     }
 }

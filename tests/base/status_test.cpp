@@ -49,8 +49,8 @@ TEST(status, AssignOrReturnPropagatesErrors) {
 
 TEST(status, EveryCodeHasADistinctName) {
     std::set<std::string_view> names;
-    for (int c = 0; c <= static_cast<int>(error_code::cancelled); ++c) names.insert(error_code_name(static_cast<error_code>(c)));
-    EXPECT_EQ(names.size(), static_cast<size_t>(error_code::cancelled) + 1);
+    for (int c = 0; c <= static_cast<int>(error_code::peer_closed); ++c) names.insert(error_code_name(static_cast<error_code>(c)));
+    EXPECT_EQ(names.size(), static_cast<size_t>(error_code::peer_closed) + 1);
 }
 
 }  // namespace

@@ -30,11 +30,13 @@ TEST(decisions, LookupValuesFollowTheDesignList) {
 TEST(decisions, ErrorClassesComeFromTheFixedList) {
     const std::set<std::string_view> fixed{"integrity", "not_found", "unsupported", "invalid_data", "unavailable",
                                            "permission", "io", "runtime", "internal"};
-    for (int c = 0; c <= static_cast<int>(error_code::cancelled); ++c) {
+    for (int c = 0; c <= static_cast<int>(error_code::peer_closed); ++c) {
         EXPECT_TRUE(fixed.count(error_class_name(static_cast<error_code>(c)))) << c;
     }
     EXPECT_EQ(error_class_name(error_code::integrity), "integrity");
     EXPECT_EQ(error_class_name(error_code::invalid_argument), "internal");
+    EXPECT_EQ(error_class_name(error_code::timed_out), "unavailable");
+    EXPECT_EQ(error_class_name(error_code::peer_closed), "unavailable");
 }
 
 TEST(decisions, CacheModesParse) {

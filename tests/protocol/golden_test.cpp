@@ -65,26 +65,39 @@ TEST(protocol_golden, StatsBlockWidthsSumToTheBlockSize) {
 TEST(protocol_golden, Hello) {
     const std::string hex =
         "534b5059"   // magic "SKPY"
-        "0500"       // protocol_version 5
+        "0600"       // protocol_version 6
         "0100"       // link_kind 1: forward
         "02000000"   // lane 2
         "01000000"   // sender_stage 1
-        "0300"       // auth_token_len 3
-        "616263";    // "abc"
+        "0100"       // auth 1: hmac_sha256
+        "0000"       // reserved
+        "000102030405060708090a0b0c0d0e0f"   // nonce (32 bytes)
+        "101112131415161718191a1b1c1d1e1f";
     const hello h = testing::sample_hello();
     EXPECT_EQ(to_hex(encode_hello(h)), hex);
-    auto back = decode_hello(from_hex(hex), limits);
+    auto back = decode_hello(from_hex(hex));
     ASSERT_TRUE(back.is_ok()) << back.error().to_string();
     EXPECT_EQ(*back, h);
-    auto n = peek_hello_length(from_hex(hex), limits);
-    ASSERT_TRUE(n.is_ok());
-    EXPECT_EQ(*n, 21u);
+    EXPECT_EQ(from_hex(hex).size(), hello_bytes);
+}
+
+TEST(protocol_golden, AuthChallenge) {
+    const std::string hex =
+        "a0a1a2a3a4a5a6a7a8a9aaabacadaeaf"   // the listener's nonce (32 bytes)
+        "b0b1b2b3b4b5b6b7b8b9babbbcbdbebf"
+        "404142434445464748494a4b4c4d4e4f"   // its proof (32 bytes)
+        "505152535455565758595a5b5c5d5e5f";
+    const auth_challenge c = testing::sample_auth_challenge();
+    EXPECT_EQ(to_hex(encode_auth_challenge(c)), hex);
+    auto back = decode_auth_challenge(from_hex(hex));
+    ASSERT_TRUE(back.is_ok()) << back.error().to_string();
+    EXPECT_EQ(*back, c);
 }
 
 TEST(protocol_golden, HelloReply) {
     const std::string hex =
         "534b5059"   // magic "SKPY"
-        "0500"       // protocol_version 5
+        "0600"       // protocol_version 6
         "0400"       // status 4: busy
         "0400"       // reason_len 4
         "62757379";  // "busy"

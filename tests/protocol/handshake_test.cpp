@@ -12,29 +12,25 @@ namespace {
 
 const protocol_limits limits;
 
-TEST(protocol_handshake, MatchingVersionAndTokenIsAccepted) {
-    const hello_reply r = decide_hello(testing::sample_hello(), "abc");
-    EXPECT_EQ(r.status, hello_status::ok);
-    EXPECT_EQ(r.version, protocol_version);
-    EXPECT_TRUE(r.reason.empty());
-    EXPECT_TRUE(check_hello_reply(r).is_ok());
+TEST(protocol_handshake, MatchingVersionAndAuthModeIsAccepted) {
+    hello h = testing::sample_hello();
+    for (link_auth mode : {link_auth::hmac_sha256, link_auth::none}) {
+        h.auth = mode;
+        const hello_reply r = decide_hello(h, mode);
+        EXPECT_EQ(r.status, hello_status::ok);
+        EXPECT_EQ(r.version, protocol_version);
+        EXPECT_TRUE(r.reason.empty());
+        EXPECT_TRUE(check_hello_reply(r).is_ok());
+    }
 }
 
-TEST(protocol_handshake, EmptyConfiguredTokenMeansAuthIsOff) {
+TEST(protocol_handshake, AKeyOnOneSideOnlyIsUnauthorized) {
     hello h = testing::sample_hello();
-    EXPECT_EQ(decide_hello(h, "").status, hello_status::ok);
-    h.auth_token.clear();
-    EXPECT_EQ(decide_hello(h, "").status, hello_status::ok);
-}
-
-TEST(protocol_handshake, WrongOrMissingTokenIsUnauthorizedWithoutEchoingIt) {
-    hello h = testing::sample_hello();
-    for (std::string token : {"abd", "ab", "abcd", "xbc", ""}) {
-        h.auth_token = token;
-        const hello_reply r = decide_hello(h, "abc");
-        EXPECT_EQ(r.status, hello_status::unauthorized) << token;
-        EXPECT_FALSE(r.reason.empty());
-        EXPECT_EQ(r.reason.find("abc"), std::string::npos) << r.reason;
+    for (auto [peer, mine] : {std::pair{link_auth::none, link_auth::hmac_sha256}, std::pair{link_auth::hmac_sha256, link_auth::none}}) {
+        h.auth = peer;
+        const hello_reply r = decide_hello(h, mine);
+        EXPECT_EQ(r.status, hello_status::unauthorized);
+        EXPECT_NE(r.reason.find("--stage-key-file"), std::string::npos) << r.reason;
         const status st = check_hello_reply(r);
         EXPECT_EQ(st.code(), error_code::permission);
         EXPECT_NE(st.message().find(r.reason), std::string::npos);
@@ -42,15 +38,15 @@ TEST(protocol_handshake, WrongOrMissingTokenIsUnauthorizedWithoutEchoingIt) {
 }
 
 TEST(protocol_handshake, OtherVersionIsRefusedWithAHumanReason) {
-    // Versions 1 (kind 9 without an activation), 2 (no steps), 3 (no grammar) and 4 (no
-    // logprobs), and a future version alike.
-    for (uint16_t version : {uint16_t{1}, uint16_t{2}, uint16_t{3}, uint16_t{4}, uint16_t{6}}) {
+    // Versions 1 (kind 9 without an activation), 2 (no steps), 3 (no grammar), 4 (no
+    // logprobs) and 5 (a cleartext token), and a future version alike.
+    for (uint16_t version : {uint16_t{1}, uint16_t{2}, uint16_t{3}, uint16_t{4}, uint16_t{5}, uint16_t{7}}) {
         hello h = testing::sample_hello();
         h.version = version;
-        const hello_reply r = decide_hello(h, "abc");
+        const hello_reply r = decide_hello(h, link_auth::hmac_sha256);
         EXPECT_EQ(r.status, hello_status::version_mismatch);
         EXPECT_EQ(r.version, protocol_version);
-        EXPECT_EQ(r.reason, "peer speaks protocol version " + std::to_string(version) + ", this stage speaks 5");
+        EXPECT_EQ(r.reason, "peer speaks protocol version " + std::to_string(version) + ", this stage speaks 6");
         EXPECT_EQ(refuse_version(version), r);
         EXPECT_TRUE(validate_hello_reply(r, limits).is_ok());
         const status st = check_hello_reply(r);
@@ -61,16 +57,14 @@ TEST(protocol_handshake, OtherVersionIsRefusedWithAHumanReason) {
 }
 
 // The listener's flow: read the 6-byte prefix, refuse another version without reading
-// on, else read the fixed part, then the token.
-TEST(protocol_handshake, ListenerReadsTheHelloInThreeSteps) {
+// on, else read the rest of the fixed-size hello.
+TEST(protocol_handshake, ListenerReadsTheHelloInTwoSteps) {
     const auto bytes = encode_hello(testing::sample_hello());
+    ASSERT_EQ(bytes.size(), hello_bytes);
     auto version = peek_hello_version(std::span(bytes).first(hello_prefix_bytes));
     ASSERT_TRUE(version.is_ok());
     EXPECT_EQ(*version, protocol_version);
-    auto n = peek_hello_length(std::span(bytes).first(hello_fixed_bytes), limits);
-    ASSERT_TRUE(n.is_ok()) << n.error().to_string();
-    ASSERT_EQ(*n, bytes.size());
-    auto h = decode_hello(bytes, limits);
+    auto h = decode_hello(bytes);
     ASSERT_TRUE(h.is_ok());
     EXPECT_EQ(*h, testing::sample_hello());
 }
@@ -110,20 +104,24 @@ TEST(protocol_handshake, BothLinkKindsRoundTrip) {
     h.link = link_kind::direct_return;
     h.lane = 0xffffffffu;
     h.sender_stage = 3;
-    h.auth_token.clear();
-    ASSERT_TRUE(validate_hello(h, limits).is_ok());
-    auto back = decode_hello(encode_hello(h), limits);
+    h.auth = link_auth::none;
+    h.nonce = {};
+    ASSERT_TRUE(validate_hello(h).is_ok());
+    auto back = decode_hello(encode_hello(h));
     ASSERT_TRUE(back.is_ok());
     EXPECT_EQ(*back, h);
 }
 
 TEST(protocol_handshake, ValidateRefusesWhatTheEncoderCannotCarry) {
     hello h = testing::sample_hello();
-    h.auth_token.assign(limits.max_auth_token_bytes + 1, 'x');
-    EXPECT_EQ(validate_hello(h, limits).code(), error_code::invalid_argument);
+    h.auth = link_auth::none;  // with the sample's nonce
+    EXPECT_EQ(validate_hello(h).code(), error_code::invalid_argument);
+    h = testing::sample_hello();
+    h.auth = static_cast<link_auth>(2);
+    EXPECT_EQ(validate_hello(h).code(), error_code::invalid_argument);
     h = testing::sample_hello();
     h.link = static_cast<link_kind>(9);
-    EXPECT_FALSE(validate_hello(h, limits).is_ok());
+    EXPECT_FALSE(validate_hello(h).is_ok());
     hello_reply r;
     r.reason = "\xc3";  // cut in the middle of a character
     EXPECT_FALSE(validate_hello_reply(r, limits).is_ok());

@@ -42,9 +42,8 @@ void expect_refused(const result<T> & res, std::string_view field, error_code co
 TEST(protocol_malformed, HelloWithBadMagicIsRefused) {
     auto bytes = encode_hello(testing::sample_hello());
     bytes[3] = 'Z';
-    expect_refused(decode_hello(bytes, limits), "magic");
+    expect_refused(decode_hello(bytes), "magic");
     expect_refused(peek_hello_version(bytes), "magic");
-    expect_refused(peek_hello_length(bytes, limits), "magic");
     expect_refused(decode_hello_reply(bytes, limits), "magic");
 }
 
@@ -52,9 +51,8 @@ TEST(protocol_malformed, HelloFromAnotherVersionIsUnsupportedWithAClearReason) {
     hello h = testing::sample_hello();
     h.version = 1;  // a stage from before kind 9 carried an activation
     const auto bytes = encode_hello(h);
-    auto res = decode_hello(bytes, limits);
-    expect_refused(res, "peer speaks protocol version 1, this stage speaks 5", error_code::unsupported);
-    expect_refused(peek_hello_length(bytes, limits), "version", error_code::unsupported);
+    auto res = decode_hello(bytes);
+    expect_refused(res, "peer speaks protocol version 1, this stage speaks 6", error_code::unsupported);
     auto v = peek_hello_version(bytes);
     ASSERT_TRUE(v.is_ok());
     EXPECT_EQ(*v, 1);
@@ -64,26 +62,32 @@ TEST(protocol_malformed, HelloWithUnknownLinkKindIsRefused) {
     for (uint16_t link : {uint16_t{0}, uint16_t{4}, uint16_t{0xffff}}) {
         auto bytes = encode_hello(testing::sample_hello());
         patch_u16(bytes, 6, link);
-        expect_refused(decode_hello(bytes, limits), "link_kind");
+        expect_refused(decode_hello(bytes), "link_kind");
     }
 }
 
-TEST(protocol_malformed, HelloTokenOverTheLimitIsRefusedBeforeReading) {
-    protocol_limits small = limits;
-    small.max_auth_token_bytes = 2;
-    const auto bytes = encode_hello(testing::sample_hello());  // 3-byte token
-    expect_refused(decode_hello(bytes, small), "auth_token_len");
-    expect_refused(peek_hello_length(bytes, small), "auth_token_len");
-    // A length far beyond the bytes present is refused by the limit, not by a read.
-    auto lying = bytes;
-    patch_u16(lying, 16, 0xffff);
-    expect_refused(decode_hello(lying, limits), "auth_token_len");
+TEST(protocol_malformed, HelloAuthFieldsAreChecked) {
+    for (uint16_t auth : {uint16_t{2}, uint16_t{0xffff}}) {
+        auto bytes = encode_hello(testing::sample_hello());
+        patch_u16(bytes, 16, auth);
+        expect_refused(decode_hello(bytes), "auth");
+    }
+    auto reserved = encode_hello(testing::sample_hello());
+    patch_u16(reserved, 18, 1);
+    expect_refused(decode_hello(reserved), "reserved");
+    // No auth, yet a nonce: a hello has one encoding.
+    auto nonce = encode_hello(testing::sample_hello());
+    patch_u16(nonce, 16, 0);
+    expect_refused(decode_hello(nonce), "nonce");
 }
 
 TEST(protocol_malformed, HelloWithTrailingBytesIsRefused) {
     auto bytes = encode_hello(testing::sample_hello());
     bytes.push_back(0);
-    expect_refused(decode_hello(bytes, limits), "trailing");
+    expect_refused(decode_hello(bytes), "trailing");
+    auto challenge = encode_auth_challenge(testing::sample_auth_challenge());
+    challenge.push_back(0);
+    expect_refused(decode_auth_challenge(challenge), "trailing");
 }
 
 TEST(protocol_malformed, HelloReplyWithUnknownStatusIsRefused) {
@@ -107,13 +111,14 @@ TEST(protocol_malformed, EveryTruncatedHandshakeMessageIsRefused) {
     const auto h = encode_hello(testing::sample_hello());
     for (size_t n = 0; n < h.size(); ++n) {
         const std::span<const uint8_t> cut(h.data(), n);
-        EXPECT_FALSE(decode_hello(cut, limits).is_ok()) << n;
+        EXPECT_FALSE(decode_hello(cut).is_ok()) << n;
         if (n < hello_prefix_bytes) {
             EXPECT_FALSE(peek_hello_version(cut).is_ok()) << n;
         }
-        if (n < hello_fixed_bytes) {
-            EXPECT_FALSE(peek_hello_length(cut, limits).is_ok()) << n;
-        }
+    }
+    const auto c = encode_auth_challenge(testing::sample_auth_challenge());
+    for (size_t n = 0; n < c.size(); ++n) {
+        EXPECT_FALSE(decode_auth_challenge(std::span<const uint8_t>(c.data(), n)).is_ok()) << n;
     }
     const auto r = encode_hello_reply(testing::sample_hello_reply());
     for (size_t n = 0; n < r.size(); ++n) {
@@ -737,7 +742,7 @@ TEST(protocol_malformed, ReplyFieldsAreChecked) {
     auto tokens = encode_reply(testing::sample_replies()[2]);
     patch_u32(tokens, 108, 0x80000000u);
     expect_refused(decode_reply(tokens, limits), "tokens");
-    for (uint32_t code : {0u, 12u, 0xffffffffu}) {
+    for (uint32_t code : {0u, 14u, 0xffffffffu}) {  // 14: one past peer_closed
         auto err = encode_reply(testing::sample_replies()[3]);
         patch_u32(err, 100, code);
         expect_refused(decode_reply(err, limits), "error_code");

@@ -231,8 +231,16 @@ inline hello sample_hello() {
     h.link = link_kind::forward;
     h.lane = 2;
     h.sender_stage = 1;
-    h.auth_token = "abc";
+    h.auth = link_auth::hmac_sha256;
+    for (size_t i = 0; i < h.nonce.size(); ++i) h.nonce[i] = static_cast<uint8_t>(i);  // 00 01 .. 1f
     return h;
+}
+
+inline auth_challenge sample_auth_challenge() {
+    auth_challenge c;
+    for (size_t i = 0; i < c.nonce.size(); ++i) c.nonce[i] = static_cast<uint8_t>(0xa0 + i);
+    for (size_t i = 0; i < c.proof.size(); ++i) c.proof[i] = static_cast<uint8_t>(0x40 + i);
+    return c;
 }
 
 inline hello_reply sample_hello_reply() {

@@ -198,5 +198,18 @@ TEST(protocol_error_reply, LongOrBrokenTextIsMadeSendable) {
     EXPECT_TRUE(validate_reply(every_code, limits).is_ok());
 }
 
+TEST(protocol_error_reply, TimeoutsAndClosedPeersKeepTheirCodesOnTheWire) {
+    for (error_code code : {error_code::timed_out, error_code::peer_closed}) {
+        const reply r = make_error_reply(3, make_error(code, "stage 2"), limits);
+        auto back = decode_reply(encode_reply(r), limits);
+        ASSERT_TRUE(back.is_ok()) << back.error().to_string();
+        EXPECT_EQ(error_reply_status(*back).code(), code);
+    }
+    // The code after the last one is still refused.
+    reply unknown = make_error_reply(3, make_error(error_code::peer_closed, "x"), limits);
+    unknown.code = static_cast<error_code>(static_cast<uint32_t>(error_code::peer_closed) + 1);
+    EXPECT_FALSE(decode_reply(encode_reply(unknown), limits).is_ok());
+}
+
 }  // namespace
 }  // namespace skippy::protocol

@@ -97,7 +97,7 @@ protected:
         size_t got = 0;
         status st = s.read_exact(std::span<uint8_t>(&byte, 1), clock::now() + k_answer_wait, &got);
         ASSERT_FALSE(st.is_ok()) << "the server sent a reply";
-        EXPECT_EQ(st.message(), transport::peer_closed_message) << "not closed within the wait: " << st.to_string();
+        EXPECT_EQ(st.code(), error_code::peer_closed) << "not closed within the wait: " << st.to_string();
     }
 
     // The server answers with an Error reply whose message names `problem`, then closes.
@@ -191,6 +191,8 @@ TEST_F(malformed_peer, BadFramesGetAnErrorNamingTheProblemThenAClose) {
     std::vector<bad_frame> cases;
     cases.push_back({"length over the limit", {0xff, 0xff, 0xff, 0x7f}, "exceeds max_frame_bytes"});
     cases.push_back({"length under the minimum", {10, 0, 0, 0}, "below the minimum frame"});
+    // 256 MiB claimed by a kind that can never be that long: refused from its 6 header bytes.
+    cases.push_back({"stop claiming 256 MiB", {0x00, 0x00, 0x00, 0x10, 4, 0}, "claims 268435456 bytes; that kind has at most"});
     auto unknown_kind = valid_prefill_frame();
     unknown_kind[4] = 99;
     cases.push_back({"unknown kind", unknown_kind, "99"});
@@ -350,7 +352,7 @@ protected:
         o.link.handshake_timeout = 120s;  // the silent dialer would hold an accept thread this long
         return o;
     }
-    // Stage 0's own handshake with stage 1 gives up after the default 5 s.
+    // Stage 0's own handshake with stage 1 gives up after the default 2 s.
 };
 
 TEST_F(silent_dialer_at_stage_1, DoesNotStallARealRequest) {
@@ -368,7 +370,7 @@ protected:
         o.link.handshake_timeout = 120s;  // stage 0's acceptor would wait this long
         return o;
     }
-    // Stage 1 dials the return link with the default 5 s handshake timeout.
+    // Stage 1 dials the return link with the default 2 s handshake timeout.
     transport::chain_options server_options() const override { return {}; }
 };
 

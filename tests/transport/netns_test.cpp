@@ -72,11 +72,14 @@ TEST_F(netns_chain, TwoHostsWithASlowLinkGiveTheMonolithicTokens) {
                    {{"layers", {2, 3}}, {"endpoint", "198.18.77.2:7402"}}};
     const std::string topo = dir + "/topology.json";
     std::ofstream(topo) << t.dump();
+    // The stages are on two hosts: links must be authenticated.
+    const std::string key = dir + "/stage.key";
+    std::ofstream(key) << "netns test stage key, 32+ bytes long\n";
 
     for (int i : {1, 2}) {
         stages_.push_back(std::make_unique<background_process>(
             std::vector<std::string>{"/usr/sbin/ip", "netns", "exec", ns_b_, skippy_binary_path(), "serve-stage", "--topology", topo,
-                                     "--stage", std::to_string(i), "-t", "1", "--wire-delay-ms", "20"},
+                                     "--stage", std::to_string(i), "-t", "1", "--wire-delay-ms", "20", "--stage-key-file", key},
             dir + "/stage" + std::to_string(i) + ".log"));
     }
     for (auto & s : stages_) {
@@ -91,7 +94,7 @@ TEST_F(netns_chain, TwoHostsWithASlowLinkGiveTheMonolithicTokens) {
                               "--json", "-t", "1"});
     ASSERT_EQ(local.exit_code, 0) << local.err;
     auto remote = run_command({"/usr/sbin/ip", "netns", "exec", ns_a_, skippy_binary_path(), "generate", "--topology", topo, "-p",
-                               "across the wire", "-n", "6", "--greedy", "--json", "-t", "1", "--wire-delay-ms", "20"});
+                               "across the wire", "-n", "6", "--greedy", "--json", "-t", "1", "--wire-delay-ms", "20", "--stage-key-file", key});
     ASSERT_EQ(remote.exit_code, 0) << remote.err << stages_[0]->log() << stages_[1]->log();
     const auto want = nlohmann::json::parse(local.out)["tokens"];
     const auto got = nlohmann::json::parse(remote.out);

@@ -98,7 +98,6 @@ protocol_limits tiny_limits() {
     l.max_embd = 4;
     l.max_logit_bias = 2;
     l.max_cache_key_bytes = 4;
-    l.max_auth_token_bytes = 4;
     l.max_error_message_bytes = 8;
     l.max_predicted_tokens = 4;
     l.max_step_entries = 2;

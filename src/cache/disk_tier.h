@@ -130,6 +130,8 @@ public:
     disk_tier_stats disk_stats() const;
     const std::string & dir() const { return config_.dir; }
     // ok, or internal: index, entries, page references and byte counts agree. For tests.
+    // REQUIRES: no store or restore in flight (each pins pages and reserves bytes while
+    // it runs, which the check would report).
     status check_invariants() const;
 
 private:

@@ -272,7 +272,8 @@ public:
     exact_state_store & exact_store_for_testing() { return exact_; }
     // The disk tier (null when off). For tests.
     disk_tier * disk_for_testing() { return disk_tier_.get(); }
-    // ok or the first broken invariant of index and tiers. For tests.
+    // ok or the first broken invariant of index and tiers. For tests. REQUIRES: no
+    // record in flight (wait_for_records() first), no restore running.
     status check_invariants() const;
 
 private:

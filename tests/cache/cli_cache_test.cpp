@@ -226,7 +226,9 @@ TEST_F(cli_cache, TwoProcessesSharingRedisShareAPrefix) {
                              dir_ + "/redis.log");
     ASSERT_TRUE(wait_for_port("127.0.0.1", port, 10000)) << redis.log();
     const std::string url = "redis://127.0.0.1:" + std::to_string(port) + "/0";
-    const auto first = generate({"--kv-cache-redis", url});
+    // Both runs get a timeout that an ASan build under load meets: at the default 50 ms
+    // the first run's publish can time out, and then the second finds nothing.
+    const auto first = generate({"--kv-cache-redis", url, "--kv-cache-redis-timeout-ms", "2000"});
     ASSERT_EQ(first.size(), 2u);
     EXPECT_EQ(first[0]["cached_tokens"], 0);
     command_result second_run;

@@ -13,13 +13,19 @@ struct q2_k_format {
     static constexpr bool has_min = true, has_bias = false, is_signed = false;
     static constexpr int n_groups = 2, per_group = 4;
     struct scales {
-        __m128i sc;  // 16 scales (bytes)
-        __m256i m;   // 16 mins (int16), one per 16 values as bsums are
+        __m256i sc;    // 16 scales (int16, scales16_even_odd's order)
+        __m256i m;     // 16 mins (int16), one per 16 values as bsums are
+        __m256i m_eo;  // the mins in sc's order (decode, against bsums_even_odd)
     };
+    // Byte j: scale j in the low nibble, min j in the high one. Put in even/odd order
+    // and widened once, both come out of the int16 lanes with one operation each.
     static scales load_scales(const uint8_t * wb) {
         const __m128i raw = loadu_128(wb + q2_k_off_scales);
+        const __m256i eo = _mm256_cvtepu8_epi16(
+            _mm_shuffle_epi8(raw, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)));
         const __m128i low4 = _mm_set1_epi8(0x0f);
-        return {_mm_and_si128(raw, low4), _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), low4))};
+        return {_mm256_and_si256(eo, _mm256_set1_epi16(0x0f)),
+                _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), low4)), _mm256_srli_epi16(eo, 4)};
     }
     // Half g: value 128g + 32k + l is (qs[32g + l] >> 2k) & 3.
     static void group(const uint8_t * wb, int g, __m256i * q) {
@@ -32,6 +38,7 @@ struct q2_k_format {
     }
     static __m256i scale_vec(const scales & s, int v) { return scales_of_16(s.sc, v); }
     static __m256i mins(const scales & s) { return s.m; }
+    static __m256i x_mins(const scales & s) { return s.m_eo; }
     static __m256i bias(const scales &) { return _mm256_setzero_si256(); }
 };
 

@@ -13,23 +13,22 @@ struct q3_k_format {
     static constexpr bool has_min = false, has_bias = true, is_signed = false;
     static constexpr int n_groups = 2, per_group = 4;
     struct scales {
-        __m128i sc;    // 16 signed scales s_j - 32 (bytes)
+        __m256i sc;    // 16 signed scales s_j - 32 (int16, scales16_even_odd)
         __m256i bias;  // -4 * (s_j - 32) (int16)
     };
     // Scale j: low 4 bits from nibble j / 8 of byte j % 8, high 2 bits from bits
-    // 2 * (j / 4) of byte 8 + j % 4 (blocks.h).
+    // 2 * (j / 4) of byte 8 + j % 4 (blocks.h). One 16-byte load that ends with the
+    // 12 scale bytes (it stays inside the block), then byte shuffles and per-lane
+    // shifts put every field at the bottom of byte j.
+    static_assert(q3_k_off_scales >= 4 && q3_k_off_scales + 12 == q3_k_off_d);
     static scales load_scales(const uint8_t * wb) {
-        const uint8_t * s = wb + q3_k_off_scales;
-        const __m128i a = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(s));
-        const __m128i low4 = _mm_set1_epi8(0x0f);
-        const __m128i lows = _mm_unpacklo_epi64(_mm_and_si128(a, low4), _mm_and_si128(_mm_srli_epi16(a, 4), low4));
-        uint32_t h;
-        std::memcpy(&h, s + 8, 4);
-        const uint32_t m2 = 0x03030303u;
-        const __m128i highs = _mm_setr_epi32(static_cast<int32_t>(h & m2), static_cast<int32_t>((h >> 2) & m2),
-                                             static_cast<int32_t>((h >> 4) & m2), static_cast<int32_t>((h >> 6) & m2));
+        const __m128i raw = loadu_128(wb + q3_k_off_scales - 4);  // raw byte 4 + i = scale byte i
+        const __m128i a = _mm_shuffle_epi8(raw, _mm_setr_epi8(4, 5, 6, 7, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+        const __m128i lows = _mm_and_si128(_mm_srlv_epi64(a, _mm_setr_epi32(0, 0, 4, 0)), _mm_set1_epi8(0x0f));
+        const __m128i b = _mm_shuffle_epi8(raw, _mm_setr_epi8(12, 13, 14, 15, 12, 13, 14, 15, 12, 13, 14, 15, 12, 13, 14, 15));
+        const __m128i highs = _mm_and_si128(_mm_srlv_epi32(b, _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
         const __m128i sc = _mm_sub_epi8(_mm_or_si128(lows, _mm_slli_epi16(highs, 4)), _mm_set1_epi8(32));
-        return {sc, _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(_mm256_cvtepi8_epi16(sc), 2))};
+        return {scales16_even_odd(sc), _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(_mm256_cvtepi8_epi16(sc), 2))};
     }
     // Half g: code of value 128g + 32k + l = ((qs[32g + l] >> 2k) & 3) | 4 * bit (4g + k)
     // of hmask[l]. 16-bit shifts move bits across bytes; the masks drop what crossed.
@@ -44,6 +43,14 @@ struct q3_k_format {
     }
     static __m256i scale_vec(const scales & s, int v) { return scales_of_16(s.sc, v); }
     static __m256i bias(const scales & s) { return s.bias; }
+    // Decode's form of the bias: -4 * bsums in scales16_even_odd's order, once per
+    // activation block (|4 * bsum| <= 4 * 16 * 127 fits int16), times the scales
+    // themselves, which saves widening, shifting and negating them on every row.
+    static __m256i x_bias(const uint8_t * xb) {
+        const __m256i eo = bsums_even_odd(xb);
+        return _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(eo, 2));
+    }
+    static __m256i x_bias_scales(const scales & s) { return s.sc; }
     static __m256i mins(const scales &) { return _mm256_setzero_si256(); }
 };
 

@@ -14,12 +14,12 @@ struct q6_k_format {
     static constexpr bool has_min = false, has_bias = true, is_signed = false;
     static constexpr int n_groups = 2, per_group = 4;
     struct scales {
-        __m128i sc;    // 16 int8 scales
+        __m256i sc;    // 16 scales (int16, scales16_even_odd)
         __m256i bias;  // -32 * scale (int16; |32 * scale| <= 4096, madd lanes within 2 * 4096 * 2048)
     };
     static scales load_scales(const uint8_t * wb) {
         const __m128i sc = loadu_128(wb + q6_k_off_scales);
-        return {sc, _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(_mm256_cvtepi8_epi16(sc), 5))};
+        return {scales16_even_odd(sc), _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(_mm256_cvtepi8_epi16(sc), 5))};
     }
     // Half h: the codes (0..63) of values 128h + 32k + l, l < 32: low 4 bits from ql
     // (bytes l and l + 32 of the half, low then high nibbles), high 2 bits from qh bits
@@ -39,6 +39,14 @@ struct q6_k_format {
     }
     static __m256i scale_vec(const scales & s, int v) { return scales_of_16(s.sc, v); }
     static __m256i bias(const scales & s) { return s.bias; }
+    // Decode's form of the bias: -16 * bsums in scales16_even_odd's order, once per
+    // activation block (|16 * bsum| <= 16 * 16 * 127 = 32512 fits int16), times twice
+    // the scales (|2 * scale| <= 256).
+    static __m256i x_bias(const uint8_t * xb) {
+        const __m256i eo = bsums_even_odd(xb);
+        return _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(eo, 4));
+    }
+    static __m256i x_bias_scales(const scales & s) { return _mm256_add_epi16(s.sc, s.sc); }
     static __m256i mins(const scales &) { return _mm256_setzero_si256(); }
 };
 

@@ -20,6 +20,11 @@
 //   __m256i scale_vec(s, v)     16 int16 multipliers for the pair sums of vector v
 //   __m256i bias(s)             16 int16 per 16 values, for madd with bsums (has_bias)
 //   __m256i mins(s)             16 int16 per 16 values, for madd with bsums (has_min)
+// and optionally, for the decode tile (rows8), forms that take the activation side
+// once per block for all eight rows:
+//   __m256i x_bias(xb), x_bias_scales(s)   bias term = madd(x_bias(xb), x_bias_scales(s))
+//   __m256i x_mins(s)           the mins in scales16_even_odd's order, for madd with
+//                               bsums_even_odd(xb)
 // maddubs forms the pair sums, madd applies the sub-block scales while widening to
 // int32; all integer sums are exact, so their order is free. The float step runs one
 // output per lane (avx2_util.h), so results equal the reference's bit for bit.
@@ -40,12 +45,26 @@ inline __m256i pair_sums(__m256i q, __m256i x) {
     }
 }
 
-// 16 int16 sub-block scales for the pair sums of value vector v when sub-blocks hold
-// 16 values: lanes 0-7 take byte 2v of s (16 int8 scales), lanes 8-15 byte 2v + 1.
-inline __m256i scales_of_16(__m128i s, int v) {
-    const __m128i pick = _mm_or_si128(_mm_set1_epi8(static_cast<char>(2 * v)),
-                                      _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
-    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(s, pick));
+// Sub-blocks of 16 values: the 16 int8 scales of a super-block widened once to int16,
+// the even sub-blocks in the low 128-bit lane and the odd ones in the high lane, so
+// that scales_of_16 is one in-lane shuffle per value vector.
+inline __m256i scales16_even_odd(__m128i s) {
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(s, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)));
+}
+
+// 16 int16 multipliers for the pair sums of value vector v: lanes 0-7 the scale of
+// sub-block 2v, lanes 8-15 that of sub-block 2v + 1 (eo from scales16_even_odd).
+inline __m256i scales_of_16(__m256i eo, int v) {
+    return _mm256_shuffle_epi8(eo, _mm256_set1_epi16(static_cast<int16_t>((2 * v + 1) << 8 | 2 * v)));
+}
+
+// The 16 bsums of a Q8_K block (int16, one per 16 values) in scales16_even_odd's
+// order, to be multiplied by such scales.
+inline __m256i bsums_even_odd(const uint8_t * xb) {
+    const __m256i bs = loadu_256(xb + q8_k_off_bsums);
+    const __m256i lanes = _mm256_shuffle_epi8(bs, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                                                    0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
+    return _mm256_permute4x64_epi64(lanes, 0xd8);  // quadwords 0, 2, 1, 3
 }
 
 // For sub-blocks of 32 values: 8 int8 scales (the low bytes of s) as 32-bit units
@@ -83,10 +102,25 @@ struct superblock_kernel {
     static constexpr size_t xbb = q8_k_block_bytes;
     using scales = typename W::scales;
 
-    // 8 int32 partial sums of isum for one super-block and one token.
-    static __m256i isum(const uint8_t * wb, const uint8_t * xb, const scales & s) {
+    // The bias term of isum for one row. A format may provide the activation side once
+    // per block instead (x_bias(xb), shared by the eight rows of rows8, with
+    // x_bias_scales(s) its per-row multipliers); the integer sum is the same.
+    static constexpr bool has_x_bias = requires(const uint8_t * p, const scales & sc) {
+        W::x_bias(p);
+        W::x_bias_scales(sc);
+    };
+    static __m256i bias_sum(const uint8_t * xb, const __m256i * xbias, const scales & s) {
+        if constexpr (has_x_bias) {
+            if (xbias != nullptr) return _mm256_madd_epi16(*xbias, W::x_bias_scales(s));
+        }
+        return _mm256_madd_epi16(loadu_256(xb + q8_k_off_bsums), W::bias(s));
+    }
+
+    // 8 int32 partial sums of isum for one super-block and one token (xbias: see
+    // bias_sum).
+    static __m256i isum(const uint8_t * wb, const uint8_t * xb, const scales & s, const __m256i * xbias = nullptr) {
         __m256i acc = _mm256_setzero_si256();
-        if constexpr (W::has_bias) acc = _mm256_madd_epi16(loadu_256(xb + q8_k_off_bsums), W::bias(s));
+        if constexpr (W::has_bias) acc = bias_sum(xb, xbias, s);
         #pragma GCC unroll 8
         for (int g = 0; g < W::n_groups; ++g) {
             __m256i q[W::per_group];
@@ -101,8 +135,14 @@ struct superblock_kernel {
         return acc;
     }
 
-    static __m256i imin(const uint8_t * xb, const scales & s) {
+    // imin for one row; with bsums_eo (rows8: bsums_even_odd of the block, formed once)
+    // a format that provides x_mins(s), its mins in that order, uses those.
+    static constexpr bool has_x_mins = requires(const scales & sc) { W::x_mins(sc); };
+    static __m256i imin(const uint8_t * xb, const scales & s, const __m256i * bsums_eo = nullptr) {
         if constexpr (W::has_min) {
+            if constexpr (has_x_mins) {
+                if (bsums_eo != nullptr) return _mm256_madd_epi16(*bsums_eo, W::x_mins(s));
+            }
             return _mm256_madd_epi16(loadu_256(xb + q8_k_off_bsums), W::mins(s));
         } else {
             return _mm256_setzero_si256();
@@ -175,6 +215,9 @@ struct superblock_kernel {
         return acc;
     }
 
+    // Rows are taken in pairs and their int32 partial sums folded with hadd at once
+    // (reduce8's tree, built as the rows finish), so that only a few of them are live:
+    // eight accumulators held to the end of the block spill to the stack.
     static __m256 rows8(const uint8_t * const w[8], const uint8_t * x, int64_t nb, const uint8_t * next) {
         __m256 acc = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
@@ -182,19 +225,35 @@ struct superblock_kernel {
             const uint8_t * xb = x + b * xbb;
             const uint8_t * wd[8];
             const uint8_t * wm[8];
-            __m256i is[8], im[8];
-            #pragma GCC unroll 8
-            for (int i = 0; i < 8; ++i) {
-                const uint8_t * wb = w[i] + b * wbb;
-                wd[i] = wb + W::off_d;
-                wm[i] = W::has_min ? wb + W::off_dmin : wd[i];
-                const scales s = W::load_scales(wb);
-                is[i] = isum(wb, xb, s);
-                im[i] = imin(xb, s);
+            __m256i is_pairs[4], im_pairs[4];
+            __m256i xbias_v = _mm256_setzero_si256();
+            if constexpr (has_x_bias) xbias_v = W::x_bias(xb);
+            const __m256i * xbias = has_x_bias ? &xbias_v : nullptr;
+            __m256i bsums_eo_v = _mm256_setzero_si256();
+            if constexpr (has_x_mins) bsums_eo_v = bsums_even_odd(xb);
+            const __m256i * bsums_eo = has_x_mins ? &bsums_eo_v : nullptr;
+            #pragma GCC unroll 4
+            for (int i = 0; i < 8; i += 2) {
+                const uint8_t * wb0 = w[i] + b * wbb;
+                const uint8_t * wb1 = w[i + 1] + b * wbb;
+                wd[i] = wb0 + W::off_d;
+                wd[i + 1] = wb1 + W::off_d;
+                wm[i] = W::has_min ? wb0 + W::off_dmin : wd[i];
+                wm[i + 1] = W::has_min ? wb1 + W::off_dmin : wd[i + 1];
+                const scales s0 = W::load_scales(wb0);
+                const scales s1 = W::load_scales(wb1);
+                is_pairs[i / 2] = _mm256_hadd_epi32(isum(wb0, xb, s0, xbias), isum(wb1, xb, s1, xbias));
+                if constexpr (W::has_min) im_pairs[i / 2] = _mm256_hadd_epi32(imin(xb, s0, bsums_eo), imin(xb, s1, bsums_eo));
             }
-            acc = accumulate(acc, gather_f16(wd), W::has_min ? gather_f16(wm) : _mm256_setzero_ps(),
-                             _mm256_set1_ps(load_f32(xb + q8_k_off_d)), reduce8(is),
-                             W::has_min ? reduce8(im) : _mm256_setzero_si256());
+            __m256 dw, dminw;
+            if constexpr (W::has_min && W::off_dmin == W::off_d + 2) {
+                gather_f16_pairs(wd, dw, dminw);
+            } else {
+                dw = gather_f16(wd);
+                dminw = W::has_min ? gather_f16(wm) : _mm256_setzero_ps();
+            }
+            acc = accumulate(acc, dw, dminw, _mm256_set1_ps(load_f32(xb + q8_k_off_d)), reduce_pairs(is_pairs),
+                             W::has_min ? reduce_pairs(im_pairs) : _mm256_setzero_si256());
         }
         return acc;
     }

@@ -191,6 +191,83 @@ TEST_P(avx2_per_type, MatmulEqualsTheScalarReferenceBitwise) {
 INSTANTIATE_TEST_SUITE_P(kernels, avx2_per_type, ::testing::ValuesIn(testing::weight_types()),
                          [](const auto & p) { return testing::type_param_name(p.param); });
 
+// Weight bytes at the code extremes (every bit set, none set, random) against
+// activations whose codes are all +127 or all -127: the largest integer sums the
+// kernels' 16-bit intermediates must hold (Q4_0/Q5_0 tree sums, Q3_K/Q6_K biases from
+// the bsums, Q2_K mins). Scale fields are set to finite values so the products are
+// numbers; decode tiles and vec_dot must still equal the scalar reference bitwise.
+void fill_extreme_activations(tensor_type at, int64_t n, int8_t code, std::vector<uint8_t> & out) {
+    out.assign(row_bytes(at, n), 0);
+    if (at == tensor_type::q8_k) {
+        for (int64_t b = 0; b < n / qk_k; ++b) {
+            uint8_t * blk = out.data() + b * q8_k_block_bytes;
+            const float d = 0.75f;
+            std::memcpy(blk + q8_k_off_d, &d, 4);
+            std::memset(blk + q8_k_off_qs, static_cast<uint8_t>(code), qk_k);
+            for (int j = 0; j < qk_k / 16; ++j) {
+                const int16_t bsum = static_cast<int16_t>(16 * code);
+                std::memcpy(blk + q8_k_off_bsums + 2 * j, &bsum, 2);
+            }
+        }
+    } else {
+        ASSERT_EQ(at, tensor_type::q8_0);
+        for (int64_t b = 0; b < n / qk_0; ++b) {
+            uint8_t * blk = out.data() + b * q8_0_block_bytes;
+            store_u16_le(blk, f32_to_f16(0.75f));
+            std::memset(blk + 2, static_cast<uint8_t>(code), qk_0);
+        }
+    }
+}
+
+TEST(kernels_avx2, ExtremeCodesEqualTheScalarReferenceBitwise) {
+    SKIP_WITHOUT_AVX2();
+    struct weight_case {
+        tensor_type              t;
+        size_t                   block_bytes;
+        std::vector<size_t>      f16_fields;
+    };
+    const weight_case cases[] = {
+        {tensor_type::q4_0, q4_0_block_bytes, {0}},
+        {tensor_type::q5_0, q5_0_block_bytes, {q5_0_off_d}},
+        {tensor_type::q2_k, q2_k_block_bytes, {q2_k_off_d, q2_k_off_dmin}},
+        {tensor_type::q3_k, q3_k_block_bytes, {q3_k_off_d}},
+        {tensor_type::q6_k, q6_k_block_bytes, {q6_k_off_d}},
+    };
+    for (const weight_case & c : cases) {
+        const type_kernels & fast = avx2_of(c.t);
+        const type_kernels & reference = scalar_of(c.t);
+        const int64_t n = 2 * qk_k, n_rows = 9;
+        const size_t w_row = row_bytes(c.t, n);
+        ASSERT_EQ(w_row % c.block_bytes, 0u);
+        for (int pattern = 0; pattern < 3; ++pattern) {
+            std::vector<uint8_t> w(w_row * n_rows);
+            uint64_t s = 12345;
+            for (auto & byte : w) {
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                byte = pattern == 0 ? 0xff : pattern == 1 ? 0x00 : static_cast<uint8_t>(s >> 56);
+            }
+            for (size_t b = 0; b < w.size() / c.block_bytes; ++b) {
+                for (size_t f = 0; f < c.f16_fields.size(); ++f) {
+                    store_u16_le(w.data() + b * c.block_bytes + c.f16_fields[f], f32_to_f16(f == 0 ? 0.5f : 0.25f));
+                }
+            }
+            for (int8_t code : {int8_t{127}, int8_t{-127}}) {
+                std::vector<uint8_t> x;
+                fill_extreme_activations(fast.vec_dot_type, n, code, x);
+                std::vector<float> y(n_rows, -1.0f);
+                fast.mul_tile(w.data(), w_row, n_rows, x.data(), x.size(), 1, n, y.data(), n_rows);
+                for (int64_t r = 0; r < n_rows; ++r) {
+                    const float expected = reference.vec_dot(w.data() + r * w_row, x.data(), n);
+                    ASSERT_TRUE(same_bits(fast.vec_dot(w.data() + r * w_row, x.data(), n), expected))
+                        << testing::type_param_name(c.t) << " pattern " << pattern << " code " << int(code);
+                    ASSERT_TRUE(same_bits(y[r], expected)) << testing::type_param_name(c.t) << " pattern " << pattern
+                                                           << " code " << int(code) << " row " << r;
+                }
+            }
+        }
+    }
+}
+
 // Rows that exercise the encoders' corner cases: ties after scaling, equal magnitudes
 // of both signs, zeros of both signs, NaN and infinities, an all-zero block.
 std::vector<std::vector<float>> special_rows(int64_t n) {

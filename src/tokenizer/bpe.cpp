@@ -12,18 +12,31 @@ namespace {
 // A piece of the word being merged: [offset, offset + n_bytes), in a doubly linked list
 // over the initial characters. n_bytes == 0 marks a piece merged into its left neighbour.
 struct symbol {
-    int    prev;
-    int    next;
-    size_t offset;
-    size_t n_bytes;
+    int      prev;
+    int      next;
+    size_t   offset;
+    size_t   n_bytes;
+    token_id id;  // the piece's token, or -1 (then it takes part in no merge)
 };
 
 struct bigram {
-    int     left;
-    int     right;
-    int32_t rank;
-    size_t  n_bytes;  // of the merged text; a mismatch later means a side has changed
+    int      left;
+    int      right;
+    int32_t  rank;
+    token_id merged;
+    size_t   n_bytes;  // of the merged text; a mismatch later means a side has changed
 };
+
+uint64_t merge_key(token_id left, token_id right) {
+    return (uint64_t{static_cast<uint32_t>(left)} << 32) | static_cast<uint32_t>(right);
+}
+
+// splitmix64's finaliser: every key bit reaches the low bits the table uses.
+uint64_t merge_hash(uint64_t key) {
+    key = (key ^ (key >> 30)) * 0xbf58476d1ce4e5b9ull;
+    key = (key ^ (key >> 27)) * 0x94d049bb133111ebull;
+    return key ^ (key >> 31);
+}
 
 // std::priority_queue keeps the "largest" on top: the lowest rank, and for equal ranks
 // the leftmost pair.
@@ -34,12 +47,6 @@ struct bigram_order {
 };
 
 }  // namespace
-
-size_t bpe_tokenizer::merge_pair_hash::operator()(const merge_pair & p) const {
-    const size_t h1 = std::hash<std::string_view>{}(p.left);
-    const size_t h2 = std::hash<std::string_view>{}(p.right);
-    return h1 ^ (h2 + 0x9e3779b97f4a7c15ull + (h1 << 6) + (h1 >> 2));
-}
 
 result<std::unique_ptr<tokenizer>> bpe_tokenizer::create(std::unique_ptr<const vocab> v) {
     const pre_style * style = find_pre_style(v->pre);
@@ -53,21 +60,30 @@ result<std::unique_ptr<tokenizer>> bpe_tokenizer::create(std::unique_ptr<const v
 bpe_tokenizer::bpe_tokenizer(std::unique_ptr<const vocab> v, std::unique_ptr<pretokenizer> pre)
     : tokenizer(std::move(v)), pre_(std::move(pre)) {
     const auto & merges = vocabulary().merges;
-    ranks_.reserve(merges.size());
+    size_t capacity = 16;
+    while (capacity < 2 * merges.size()) capacity *= 2;
+    merge_slots_.assign(capacity, merge_slot{});
+    merge_mask_ = capacity - 1;
     for (size_t rank = 0; rank < merges.size(); ++rank) {
-        const std::string_view m = merges[rank];
-        // Split at the first space after the first byte, as llama.cpp does (so a left
-        // side may itself be a space); load_vocab refused merges without one.
-        const size_t space = m.find(' ', 1);
-        if (space == std::string_view::npos) continue;
-        // emplace keeps the first (best) rank of a duplicated merge.
-        ranks_.emplace(merge_pair{m.substr(0, space), m.substr(space + 1)}, static_cast<int32_t>(rank));
+        const bpe_merge & m = merges[rank];
+        const uint64_t key = merge_key(m.left, m.right);
+        for (uint64_t at = merge_hash(key) & merge_mask_;; at = (at + 1) & merge_mask_) {
+            merge_slot & slot = merge_slots_[at];
+            if (slot.value.rank < 0) {
+                slot = {key, {static_cast<int32_t>(rank), m.merged}};
+                break;
+            }
+            if (slot.key == key) break;  // a duplicated merge keeps its first (best) rank
+        }
     }
 }
 
-int32_t bpe_tokenizer::merge_rank(std::string_view left, std::string_view right) const {
-    const auto it = ranks_.find(merge_pair{left, right});
-    return it == ranks_.end() ? -1 : it->second;
+bpe_tokenizer::ranked_merge bpe_tokenizer::find_merge(token_id left, token_id right) const {
+    const uint64_t key = merge_key(left, right);
+    for (uint64_t at = merge_hash(key) & merge_mask_;; at = (at + 1) & merge_mask_) {
+        const merge_slot & slot = merge_slots_[at];
+        if (slot.value.rank < 0 || slot.key == key) return slot.value;
+    }
 }
 
 void bpe_tokenizer::encode_text(std::string_view text, bool /*after_special*/, std::vector<token_id> & out) const {
@@ -101,18 +117,21 @@ void bpe_tokenizer::encode_text(std::string_view text, bool /*after_special*/, s
         for (size_t pos = 0; pos < word.size();) {
             const size_t n = std::min(utf8_lead_length(static_cast<uint8_t>(word[pos])), word.size() - pos);
             const int index = static_cast<int>(symbols.size());
-            symbols.push_back({index - 1, pos + n == word.size() ? -1 : index + 1, pos, n});
+            symbols.push_back({index - 1, pos + n == word.size() ? -1 : index + 1, pos, n, v.find(std::string_view(word).substr(pos, n))});
             pos += n;
         }
 
         const std::string_view w = word;
+        // Merges are found by the pieces' ids: a merge's pieces are tokens (load_vocab
+        // checks), so a piece without a token takes part in none, as by text.
         const auto try_add_bigram = [&](int left, int right) {
             if (left < 0 || right < 0) return;
             const symbol & l = symbols[left];
             const symbol & r = symbols[right];
-            const int32_t rank = merge_rank(w.substr(l.offset, l.n_bytes), w.substr(r.offset, r.n_bytes));
-            if (rank < 0) return;
-            queue.push({left, right, rank, l.n_bytes + r.n_bytes});
+            if (l.id < 0 || r.id < 0) return;
+            const ranked_merge m = find_merge(l.id, r.id);
+            if (m.rank < 0) return;
+            queue.push({left, right, m.rank, m.merged, l.n_bytes + r.n_bytes});
         };
         for (int i = 1; i < static_cast<int>(symbols.size()); ++i) try_add_bigram(i - 1, i);
 
@@ -126,6 +145,7 @@ void bpe_tokenizer::encode_text(std::string_view text, bool /*after_special*/, s
             // pair still spells the same two pieces.)
             if (left.n_bytes == 0 || right.n_bytes == 0 || left.n_bytes + right.n_bytes != top.n_bytes) continue;
             left.n_bytes += right.n_bytes;
+            left.id = top.merged;  // same pieces (checked above), so the same merge
             right.n_bytes = 0;
             left.next = right.next;
             if (right.next >= 0) symbols[right.next].prev = top.left;
@@ -135,9 +155,8 @@ void bpe_tokenizer::encode_text(std::string_view text, bool /*after_special*/, s
 
         for (int i = 0; i != -1; i = symbols[i].next) {
             const std::string_view piece = w.substr(symbols[i].offset, symbols[i].n_bytes);
-            const token_id id = v.find(piece);
-            if (id >= 0) {
-                out.push_back(id);
+            if (symbols[i].id >= 0) {  // merged pieces are tokens; unmerged ones were looked up
+                out.push_back(symbols[i].id);
                 continue;
             }
             // Only a broken vocabulary lacks a merged piece or an alphabet character;

@@ -7,7 +7,7 @@
 
 #include <memory>
 #include <string_view>
-#include <unordered_map>
+#include <vector>
 
 namespace skippy::tokenizer_detail {
 
@@ -24,23 +24,26 @@ protected:
     void encode_text(std::string_view text, bool after_special, std::vector<token_id> & out) const override;
 
 private:
-    struct merge_pair {
-        std::string_view left;
-        std::string_view right;
-        bool operator==(const merge_pair &) const = default;
-    };
-    struct merge_pair_hash {
-        size_t operator()(const merge_pair & p) const;
+    // A merge found by its pieces' ids: its rank and the id it makes.
+    struct ranked_merge {
+        int32_t  rank = -1;
+        token_id merged = -1;
     };
 
     bpe_tokenizer(std::unique_ptr<const vocab> v, std::unique_ptr<pretokenizer> pre);
 
-    // Rank of merging `left` and `right`, or -1.
-    int32_t merge_rank(std::string_view left, std::string_view right) const;
+    // The merge of pieces `left` and `right` (ids), or rank -1.
+    ranked_merge find_merge(token_id left, token_id right) const;
 
     std::unique_ptr<pretokenizer> pre_;
-    // Views into vocabulary().merges, which lives (unmodified) as long as this tokenizer.
-    std::unordered_map<merge_pair, int32_t, merge_pair_hash> ranks_;
+    // Open addressing on (left << 32 | right); an empty slot has rank -1. At most half
+    // full, so probes stay short on the 450k merges of the large vocabularies.
+    struct merge_slot {
+        uint64_t     key = 0;
+        ranked_merge value;
+    };
+    std::vector<merge_slot> merge_slots_;
+    uint64_t                merge_mask_ = 0;
 };
 
 }  // namespace skippy::tokenizer_detail

@@ -8,10 +8,45 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <span>
 
 namespace skippy::tokenizer_detail {
+
+text_index::duplicate text_index::build(const std::vector<std::string> & texts) {
+    size_t capacity = 16;
+    while (capacity < 2 * texts.size()) capacity *= 2;  // load at most 1/2: short probes
+    slots_.assign(capacity, slot_of(0, -1));
+    mask_ = capacity - 1;
+    for (size_t i = 0; i < texts.size(); ++i) {
+        const uint64_t h = std::hash<std::string_view>{}(texts[i]);
+        const auto tag = static_cast<uint32_t>(h >> 32);
+        for (uint64_t at = h & mask_;; at = (at + 1) & mask_) {
+            const auto id = static_cast<token_id>(static_cast<uint32_t>(slots_[at]));
+            if (id < 0) {
+                slots_[at] = slot_of(tag, static_cast<token_id>(i));
+                break;
+            }
+            if (static_cast<uint32_t>(slots_[at] >> 32) == tag && texts[static_cast<size_t>(id)] == texts[i]) {
+                return {id, static_cast<token_id>(i)};
+            }
+        }
+    }
+    return {};
+}
+
+token_id text_index::find(std::string_view text, const std::vector<std::string> & texts) const {
+    if (slots_.empty()) return -1;
+    const uint64_t h = std::hash<std::string_view>{}(text);
+    const auto tag = static_cast<uint32_t>(h >> 32);
+    for (uint64_t at = h & mask_;; at = (at + 1) & mask_) {
+        const uint64_t slot = slots_[at];
+        const auto id = static_cast<token_id>(static_cast<uint32_t>(slot));
+        if (id < 0) return -1;
+        if (static_cast<uint32_t>(slot >> 32) == tag && texts[static_cast<size_t>(id)] == text) return id;
+    }
+}
 
 namespace {
 
@@ -192,7 +227,6 @@ status load_tokens(const gguf::file & file, vocab & v) {
     v.scores.assign(n, 0.0f);
     v.kinds.assign(n, token_kind::normal);
     v.strip.assign(n, 0);
-    v.text_to_id.reserve(n);
     for (size_t i = 0; i < n; ++i) {
         const std::string * text = (*tokens)[i].as_string();
         if (text == nullptr) return bad(k_key_tokens, "element " + std::to_string(i) + " is not a string");
@@ -210,11 +244,11 @@ status load_tokens(const gguf::file & file, vocab & v) {
             }
         }
         if (types != nullptr) SKIPPY_TRY(read_kind((*types)[i], i, v.kinds[i]));
-        const auto [it, inserted] = v.text_to_id.emplace(v.texts[i], static_cast<token_id>(i));
-        if (!inserted) {
-            return bad(k_key_tokens, "duplicate token text '" + escape_bytes(v.texts[i]) + "' (ids " +
-                                         std::to_string(it->second) + " and " + std::to_string(i) + ")");
-        }
+    }
+    const text_index::duplicate d = v.ids_by_text.build(v.texts);
+    if (d.second >= 0) {
+        return bad(k_key_tokens, "duplicate token text '" + escape_bytes(v.texts[static_cast<size_t>(d.second)]) + "' (ids " +
+                                     std::to_string(d.first) + " and " + std::to_string(d.second) + ")");
     }
     return status::ok();
 }
@@ -239,12 +273,16 @@ status load_merges(const gguf::file & file, vocab & v) {
         if (space == std::string::npos) return refuse("is not two pieces separated by a space");
         const std::string_view left = std::string_view(*m).substr(0, space);
         const std::string_view right = std::string_view(*m).substr(space + 1);
-        if (v.find(left) < 0) return refuse("names a left piece that is not a token");
-        if (v.find(right) < 0) return refuse("names a right piece that is not a token");
+        bpe_merge merge;
+        merge.left = v.find(left);
+        if (merge.left < 0) return refuse("names a left piece that is not a token");
+        merge.right = v.find(right);
+        if (merge.right < 0) return refuse("names a right piece that is not a token");
         joined.assign(left);
         joined.append(right);
-        if (v.find(joined) < 0) return refuse("makes a piece that is not a token");
-        v.merges.push_back(*m);
+        merge.merged = v.find(joined);
+        if (merge.merged < 0) return refuse("makes a piece that is not a token");
+        v.merges.push_back(merge);
     }
     return status::ok();
 }

@@ -35,6 +35,13 @@ TEST(bpe, MergesTheLowestRankFirst) {
     EXPECT_EQ(t2->tokenize("abc", false, false), (ids{'a', 257}));  // "a bc" is no merge
 }
 
+TEST(bpe, ADuplicatedMergeKeepsItsFirstRank) {
+    // "b c" appears again after "a b": its first rank (0) beats "a b" (1).
+    auto t = build_or_fail(abc_bpe({"b c", "a b", "b c", "ab c"}));
+    ASSERT_TRUE(t);
+    EXPECT_EQ(t->tokenize("abc", false, false), (ids{'a', 257}));
+}
+
 TEST(bpe, EqualRanksMergeTheLeftmostPairFirst) {
     tiny_vocab v("gpt2");
     v.with_gpt2_alphabet();

@@ -351,7 +351,10 @@ TEST(radix_index, TenThousandRandomOperationsMatchAFlatReference) {
                 ref.entries.erase(ref.entries.begin() + (e - ref.entries.data()));
             }
         }
-        EXPECT_INVARIANTS(ix);
+        // The whole tree is walked after every step at first, then every 16th step: each
+        // walk grows with the entries, and ASan made the run take over a minute.
+        const bool full_check = step < 500 || step % 16 == 0 || step == 9999;
+        if (full_check) EXPECT_INVARIANTS(ix);
         radix_stats s = ix.stats();
         int64_t n_r = 0, n_e = 0, refs = 0;
         for (const auto & e : ref.entries) {
@@ -362,7 +365,9 @@ TEST(radix_index, TenThousandRandomOperationsMatchAFlatReference) {
         ASSERT_EQ(s.n_entries[1], n_e);
         ASSERT_EQ(s.n_refs, refs);
         ASSERT_EQ(s.n_evictions, evictions);
-        for (const auto & e : ref.entries) ASSERT_EQ(ix.tokens_of(e.id), e.tokens);
+        if (full_check) {
+            for (const auto & e : ref.entries) ASSERT_EQ(ix.tokens_of(e.id), e.tokens);
+        }
     }
     // The walk exercised what it is meant to.
     radix_stats s = ix.stats();

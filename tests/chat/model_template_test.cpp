@@ -121,9 +121,13 @@ TEST(chat_model_templates, prompts_equal_jinja2_for_tool_conversations) {
     for (const named_template & nt : templates) {
         auto t = chat_template::from_jinja(nt.source, nt.bos, nt.eos);
         ASSERT_TRUE(t.is_ok()) << nt.name << ": " << t.error().to_string();
-        if (nt.name == "qwen3") EXPECT_EQ(t->tools(), tool_format::hermes);
-        if (nt.name == "gptoss") EXPECT_EQ(t->tools(), tool_format::harmony);
-        if (nt.name == "llama31_tools") EXPECT_EQ(t->tools(), tool_format::llama3);
+        if (nt.name == "qwen3") {
+            EXPECT_EQ(t->tools(), tool_format::hermes);
+        } else if (nt.name == "gptoss") {
+            EXPECT_EQ(t->tools(), tool_format::harmony);
+        } else if (nt.name == "llama31_tools") {
+            EXPECT_EQ(t->tools(), tool_format::llama3);
+        }
         for (auto & [name, conv] : conversations(nt.tools)) {
             auto r = t->render(conv);
             ASSERT_TRUE(r.is_ok()) << nt.name << "/" << name << ": " << r.error().to_string();

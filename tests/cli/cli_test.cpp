@@ -201,14 +201,19 @@ TEST_F(cli, NumericFlagsRefuseOutOfRangeAndOverflowingValues) {
         flags.push_back(i(cmd, "--kv-cache-exact-max-bytes", "-1", "1125899906842625"));
         flags.push_back(i(cmd, "--kv-cache-resident-tokens", "-1", "17179869185"));
     }
+    // Every flag gets its two bounds; the malformed values (one parser for all flags of
+    // a kind, in common.cpp) rotate over the flags, so each is tried on several flags of
+    // several commands without a process per flag and value (most of a second under ASan).
+    const std::vector<std::string> malformed_any = {"99999999999999999999999", "-99999999999999999999999", "x", ""};
+    std::vector<std::string> malformed_int = malformed_any, malformed_real = malformed_any;
+    malformed_int.insert(malformed_int.end(), {"1.5", "1e3", "0x10"});
+    malformed_real.insert(malformed_real.end(), {"nan", "inf", "-inf", "1e400", "0x1p-2"});
+    size_t n_int = 0, n_real = 0;
     for (const auto & f : flags) {
-        std::vector<std::string> bad = {f.below, f.above, "99999999999999999999999", "-99999999999999999999999", "x", ""};
-        if (f.integer) {
-            bad.insert(bad.end(), {"1.5", "1e3"});
-            bad.push_back("0x10");
-        } else {
-            bad.insert(bad.end(), {"nan", "inf", "-inf", "1e400", "0x1p-2"});
-        }
+        const std::vector<std::string> & pool = f.integer ? malformed_int : malformed_real;
+        size_t & turn = f.integer ? n_int : n_real;
+        std::vector<std::string> bad = {f.below, f.above, pool[turn++ % pool.size()]};
+        if (!f.integer) bad.push_back(pool[turn++ % pool.size()]);  // fewer real flags: two each
         for (const auto & value : bad) {
             auto args = f.command;
             args.push_back(f.flag);
@@ -220,6 +225,8 @@ TEST_F(cli, NumericFlagsRefuseOutOfRangeAndOverflowingValues) {
             EXPECT_NE(res.err.find(f.flag), std::string::npos) << what << ": the error names the flag: " << res.err;
         }
     }
+    EXPECT_GE(n_int, 2 * malformed_int.size()) << "each malformed integer tried on at least two flags";
+    EXPECT_GE(n_real, malformed_real.size()) << "each malformed real tried at least once";
 }
 
 TEST_F(cli, NumericFlagsTakePlainDecimalValuesAtTheirBounds) {
@@ -389,7 +396,9 @@ TEST_F(cli, MakeModelBench200mPresetHasTheDocumentedShape) {
     for (const auto & t : g.tensors()) {
         if (t.name.rfind("blk.", 0) == 0) blocks += t.n_elements();
         else if (t.name == "token_embd.weight" || t.name == "output.weight") embd_head += t.n_elements();
-        if (t.dims.size() == 2) EXPECT_EQ(t.type, t.name == "output.weight" ? tensor_type::q6_k : tensor_type::q4_0) << t.name;
+        if (t.dims.size() == 2) {
+            EXPECT_EQ(t.type, t.name == "output.weight" ? tensor_type::q6_k : tensor_type::q4_0) << t.name;
+        }
     }
     // Per layer: q, o 1024x1024; k, v 1024x256; gate, up, down 1024x2816; two norms.
     EXPECT_EQ(blocks, 12 * (2 * 1024 * 1024 + 2 * 1024 * 256 + 3 * 1024 * 2816 + 2 * 1024));

@@ -15,7 +15,7 @@ if(SKIPPY_SANITIZE)
 endif()
 
 # skippy_hot_part(TARGET): the parts whose loops dominate the tests' run time (kernels,
-# forward pass, tokenizer) stay at -O1 in sanitizer builds, which CI compiles at -O0 to
+# forward pass, tokenizer, grammar) stay at -O1 in sanitizer builds, which CI compiles at -O0 to
 # halve their compile time; -O1 is what the sanitizers' documentation recommends anyway.
 function(skippy_hot_part target)
   if(SKIPPY_SANITIZE)

@@ -9,6 +9,10 @@
 // connections. A reader thread takes the acknowledgements; when the link fails (the
 // peer closed, an Error, a bad reply) it reports the reason and the lanes that had
 // steps in flight, and the next send dials again.
+//
+// Every step must be acknowledged within its step budget (liveness.h), charged with
+// its own tokens and those of the unacknowledged steps ahead of it: a peer that does
+// not (frozen, partitioned) fails the link with `timed_out`.
 #pragma once
 
 #include "transport/link.h"
@@ -37,8 +41,10 @@ public:
 
     // Dials when not connected, waits for credit, sends. One sender thread at a time.
     // REQUIRES: every entry's session_id < n_lanes. PROMISES: *forward_us is the time
-    // from the call until the frame was written.
-    status send(const protocol::step_frame & step, uint32_t * forward_us);
+    // from the call until the frame was written; *n_tokens_queued (when given) is the
+    // tokens of this step and of the unacknowledged steps ahead of it, the work the
+    // peer does before this step is through.
+    status send(const protocol::step_frame & step, uint32_t * forward_us, int64_t * n_tokens_queued = nullptr);
 
     // Waits until no unacknowledged step holds `lane` (at once after a failure, which
     // forgets them).
@@ -51,6 +57,8 @@ private:
     struct in_flight {
         uint64_t             step_id;
         std::vector<int32_t> lanes;
+        int64_t              n_tokens = 0;
+        clock::time_point    ack_deadline;
     };
     void read_loop(stage_link * link);
     void fail_locked(const status & reason, std::unique_lock<std::mutex> & lock);

@@ -15,7 +15,7 @@ using protocol::message_kind;
 
 struct chain_pipeline::lane_state final : chain_restore::chain_i {
     lane_state(chain_pipeline & owner, stage & st, stage_cache_host * host, int32_t lane, downstream_link::dial_fn dial)
-        : self(owner), index(lane), session(st, host, lane, 0), forward(std::move(dial), owner.options_.credit_window),
+        : self(owner), index(lane), session(st, host, lane, 0), forward(std::move(dial), owner.options_.credit_window, std::max(1, owner.topo_.n_stages() - 1)),
           restore(session, *this, owner.single_stage()) {}
 
     // chain_restore::chain_i
@@ -35,6 +35,9 @@ struct chain_pipeline::lane_state final : chain_restore::chain_i {
     token_logprobs           logprobs;       // of the token the last decode returned
     int64_t                  n_prompt = 0;
     uint64_t                 decode_request_id = 0;  // of the lane's last decode entry (set by its step)
+    // When the token of that decode is due back from the final stage (set by its step):
+    // the step budget of the step and the steps queued ahead of it, over every hop.
+    clock::time_point        token_deadline;
     // Set by the acceptor thread, taken by the lane's user.
     std::mutex                  return_mutex;
     std::condition_variable     return_ready;
@@ -149,13 +152,16 @@ void chain_pipeline::run_step(std::span<step_item> items) {
     step.activation.layer_end = static_cast<uint32_t>(stage_->slice().range().end);
     step.activation.n_embd = static_cast<uint32_t>(stage_->hparams().n_embd);
     uint32_t forward_us = 0;
-    const status st = batch_->send(step, &forward_us);
+    int64_t n_tokens_queued = 0;
+    const status st = batch_->send(step, &forward_us, &n_tokens_queued);
+    const auto token_deadline = clock::now() + step_budget(options_.link.liveness, n_tokens_queued, topo_.n_stages() - 1);
     for (step_item & it : items) {
         if (!it.result.is_ok()) continue;
         if (!st.is_ok()) {
             it.result = st;
             continue;
         }
+        if (it.kind == step_kind::decode) lanes_[static_cast<size_t>(it.lane)]->token_deadline = token_deadline;
         protocol::stats_block & stats = lanes_[static_cast<size_t>(it.lane)]->stats;
         stats.max_forward_us = std::max(stats.max_forward_us, forward_us);
     }
@@ -437,18 +443,23 @@ result<token_id> chain_pipeline::wait_for_token(int32_t lane, uint64_t request_i
     }
     if (!ret) return fail_lane(lane, make_error(error_code::unavailable, "no return link from the final stage"));
     // Wait for the token on the return link while taking acks (and errors) from stage 1.
-    const auto deadline = clock::now() + options_.link.reply_timeout;
+    // A stuck stage usually fails the batch link first (its acks are due sooner, per
+    // hop); this is the bound for the whole trip.
+    const auto deadline = ls.token_deadline;
     while (true) {
         const int fds[2] = {ret->fd(), ls.forward.fd()};
         const int ready = wait_readable(fds, deadline);
-        if (ready < 0) return fail_lane(lane, make_error(error_code::timed_out, "timed out waiting for the predicted token"));
+        if (ready < 0) {
+            return fail_lane(lane, make_error(error_code::timed_out, "the predicted token did not arrive within its deadline: a stage "
+                                                                     "is stuck or unreachable"));
+        }
         if (ready == 1) {
             // Nothing but an Error travels up a lane's forward link while it decodes.
             status st = ls.forward.read_one(0, nullptr);
             if (!st.is_ok()) return fail_lane(lane, st);
             continue;
         }
-        auto r = ret->read_reply(deadline);
+        auto r = ret->read_reply(ret->frame_deadline());
         if (!r.is_ok()) return fail_lane(lane, upstream_reason(ls, r.error()));
         if (r->kind == message_kind::error) return fail_lane(lane, protocol::error_reply_status(*r));
         if (r->kind != message_kind::predicted_token || r->request_id != request_id) {

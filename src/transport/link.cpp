@@ -18,7 +18,7 @@ status stage_link::write_frame(std::vector<uint8_t> bytes) {
         bytes.insert(bytes.end(), tag->begin(), tag->end());
     }
     if (options_.wire_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options_.wire_delay_ms));
-    return annotate(socket_.write_all(bytes));
+    return annotate(socket_.write_all(bytes, clock::now() + options_.frame_timeout));
 }
 
 status stage_link::send_request(const protocol::request & r) {

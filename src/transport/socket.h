@@ -45,8 +45,9 @@ public:
     // The peer's numeric address ("127.0.0.1", "::1"); empty when it cannot be read.
     std::string peer_host() const;
 
-    // Writes all of `data`. An error (peer gone) is `unavailable`.
-    status write_all(std::span<const uint8_t> data);
+    // Writes all of `data`. An error (peer gone) is `unavailable`; a peer that does not
+    // take the bytes before `deadline` (it stopped reading) is `timed_out`.
+    status write_all(std::span<const uint8_t> data, clock::time_point deadline = clock::time_point::max());
     // Reads exactly out.size() bytes before `deadline`. EOF is `peer_closed` (the
     // message names the byte count when some had arrived), a reset `unavailable`, the
     // deadline `timed_out`. *n_read (if given) is set to the bytes read, also on failure.

@@ -376,5 +376,37 @@ TEST_F(chain_process, AFrozenStageFailsTheStreamWithinTheDeadlineAndTheChainReco
 }
 
 
+class chain_restart : public chain_process, public ::testing::WithParamInterface<int> {};
+
+TEST_P(chain_restart, IdleLanesToARestartedStageAreRedialedAndTheNextEightRequestsSucceed) {
+    const int restarted = GetParam();
+    const std::string topo_path = write_topology("restart" + std::to_string(restarted));
+    std::unique_ptr<background_process> stages[3];
+    stages[1] = start_stage(topo_path, 1, {}, 8);
+    stages[2] = start_stage(topo_path, 2, {}, 8);
+    auto chain = local_stage0(topo_path, 8);
+    ASSERT_NE(chain, nullptr);
+    const std::vector<token_id> prompt = {1, 50, 51, 52, 53};
+    const auto reference = greedy_tokens(*chain, prompt, 6);
+    ASSERT_EQ(reference.size(), 6u);
+    std::vector<std::string> errors;
+    for (const auto & o : concurrent_greedy(*chain, prompt, 8, 6, &errors)) EXPECT_EQ(o, reference);
+    ASSERT_TRUE(errors.empty()) << ::testing::PrintToString(errors);
+    const int64_t redials_before = chain->n_stale_redials();
+
+    // Every lane is connected and idle now. Kill the stage and restart it on its port.
+    stages[restarted]->kill_now(9);
+    EXPECT_EQ(stages[restarted]->wait(20000), 128 + 9);
+    stages[restarted] = start_stage(topo_path, restarted, {}, 8);
+    const auto outs = concurrent_greedy(*chain, prompt, 8, 6, &errors);
+    EXPECT_TRUE(errors.empty()) << "no request may fail on a stale lane: " << ::testing::PrintToString(errors);
+    for (const auto & o : outs) EXPECT_EQ(o, reference);
+    // Each lane found its links closed while idle (or failed while being configured
+    // and was retried): none took a request on a dead link.
+    EXPECT_EQ(chain->n_stale_redials() - redials_before + chain->n_retries(), 8);
+}
+
+INSTANTIATE_TEST_SUITE_P(stages, chain_restart, ::testing::Values(1, 2));
+
 }  // namespace
 }  // namespace skippy::testing

@@ -63,6 +63,7 @@ struct runtime_flags {
     // Liveness (transport/liveness.h): a reply's budget per hop is base + tokens * rate.
     int32_t     stage_step_timeout_ms = 2000;
     int32_t     stage_step_ms_per_token = 20;
+    int32_t     stage_heartbeat_ms = 1000;  // 0: no heartbeats
     // Prefix cache (DESIGN §6)
     std::string kv_cache = "lookup-record";
     int64_t     kv_cache_min_tokens = 32;

@@ -52,6 +52,36 @@ void batch_link::read_loop(stage_link * link) {
         if (wait_readable(std::span<const int>(&fd, 1), clock::now() + slice) < 0) {
             std::unique_lock<std::mutex> lock(mutex_);
             if (failed_) return;
+            const auto now = clock::now();
+            switch (heartbeat_.poll(now, !in_flight_.empty())) {
+                case heartbeat_monitor::action::dead:
+                    n_heartbeat_failures_.fetch_add(1);
+                    fail_locked(make_error(error_code::timed_out, link->peer_name() + " did not answer a heartbeat within " +
+                                                                      std::to_string(heartbeat_.answer_timeout().count()) +
+                                                                      " ms: the stage is stuck or unreachable"),
+                                lock);
+                    return;
+                case heartbeat_monitor::action::send: {
+                    protocol::request ping;
+                    ping.kind = message_kind::heartbeat;
+                    ping.request_id = heartbeat_.on_sent(now);
+                    ping.state.phase = protocol::message_phase::control;
+                    lock.unlock();
+                    status st;
+                    {
+                        std::lock_guard<std::mutex> write_lock(write_mutex_);
+                        st = link->send_request(ping);
+                    }
+                    n_heartbeats_sent_.fetch_add(1);
+                    if (!st.is_ok()) {
+                        lock.lock();
+                        fail_locked(st, lock);
+                        return;
+                    }
+                    continue;
+                }
+                case heartbeat_monitor::action::none: break;
+            }
             if (!in_flight_.empty() && clock::now() >= in_flight_.front().ack_deadline) {
                 const in_flight & f = in_flight_.front();
                 fail_locked(make_error(error_code::timed_out,
@@ -77,6 +107,8 @@ void batch_link::read_loop(stage_link * link) {
             fail_locked(protocol::error_reply_status(*r), lock);
             return;
         }
+        heartbeat_.on_traffic(clock::now());
+        if (r->kind == message_kind::ack && heartbeat_.on_ack(r->request_id, clock::now())) continue;
         if (r->kind != message_kind::ack || in_flight_.empty() || in_flight_.front().step_id != r->request_id) {
             fail_locked(make_error(error_code::invalid_data, link->peer_name() + " sent an unexpected " +
                                                                  std::string(protocol::message_kind_name(r->kind)) + " for step " +
@@ -107,6 +139,8 @@ status batch_link::send(const protocol::step_frame & step, uint32_t * forward_us
         if (!dialed.is_ok()) return dialed.error();
         link_ = std::move(dialed).value();
         failed_ = false;
+        const liveness_options & live = link_.options().liveness;
+        heartbeat_ = heartbeat_monitor(live.heartbeat_interval, step_budget(live, 0), clock::now());
         reader_ = std::thread([this, l = &link_] { read_loop(l); });
     }
     cv_.wait(lock, [&] { return failed_ || static_cast<int32_t>(in_flight_.size()) < credit_window_; });
@@ -124,8 +158,12 @@ status batch_link::send(const protocol::step_frame & step, uint32_t * forward_us
     if (n_tokens_queued) *n_tokens_queued = queued;
     in_flight_.push_back(std::move(f));
     lock.unlock();
-    // The reader only reads: writing without the lock lets acknowledgements in meanwhile.
-    status st = link_.send_step(step);
+    // Writing without mutex_ lets acknowledgements in meanwhile.
+    status st;
+    {
+        std::lock_guard<std::mutex> write_lock(write_mutex_);
+        st = link_.send_step(step);
+    }
     if (!st.is_ok()) {
         lock.lock();
         fail_locked(st, lock);

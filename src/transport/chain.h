@@ -71,6 +71,10 @@ public:
     // reused one failed before their first token. Thread-safe.
     int64_t n_stale_redials() const { return n_stale_redials_.load(); }
     int64_t n_retries() const { return n_retries_.load(); }
+    // Heartbeats stage 0 sent on its batch link to stage 1, and batch links it closed
+    // because one went unanswered.
+    int64_t n_heartbeats_sent() const { return batch_ ? batch_->n_heartbeats_sent() : 0; }
+    int64_t n_heartbeat_failures() const { return batch_ ? batch_->n_heartbeat_failures() : 0; }
 
     // /metrics snapshots of the stages in this process (stage 0 and in-process stages;
     // external stage processes are not visible here). Thread-safe.

@@ -19,6 +19,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -81,6 +82,9 @@ public:
     result<protocol::request> read_request(clock::time_point deadline);
     result<protocol::reply> read_reply(clock::time_point deadline);
     result<protocol::step_frame> read_step(clock::time_point deadline);
+    // A batch link's next frame: a Step, or a Heartbeat (nullopt, its request_id in
+    // *heartbeat_id). Any other kind is invalid_data.
+    result<std::optional<protocol::step_frame>> read_step_or_heartbeat(clock::time_point deadline, uint64_t * heartbeat_id);
     const link_options & options() const { return options_; }
     // For a read once the socket is readable: the frame has begun, so it is bounded by
     // frame_timeout alone.

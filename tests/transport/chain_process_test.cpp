@@ -376,6 +376,31 @@ TEST_F(chain_process, AFrozenStageFailsTheStreamWithinTheDeadlineAndTheChainReco
 }
 
 
+TEST_F(chain_process, HeartbeatsFindAnIdleBatchLinkToAFrozenStageBeforeARequestUsesIt) {
+    const std::string topo_path = write_topology("heartbeat");
+    const std::vector<std::string> flags = {"--stage-step-timeout-ms", "1000", "--stage-heartbeat-ms", "100"};
+    auto s1 = start_stage(topo_path, 1, flags);
+    auto s2 = start_stage(topo_path, 2, flags);
+    transport::chain_options co = fast_deadline_options();
+    co.link.liveness.heartbeat_interval = std::chrono::milliseconds(100);
+    auto chain = local_stage0(topo_path, 2, co);
+    ASSERT_NE(chain, nullptr);
+    const std::vector<token_id> prompt = {1, 60, 61, 62};
+    const auto reference = greedy_tokens(*chain, prompt, 6);  // dials the batch link
+    ASSERT_EQ(reference.size(), 6u);
+    // Idle and alive: heartbeats go out and are answered.
+    const auto give_up = std::chrono::steady_clock::now() + 30s;
+    while (chain->n_heartbeats_sent() < 3 && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(20ms);
+    ASSERT_GE(chain->n_heartbeats_sent(), 3);
+    EXPECT_EQ(chain->n_heartbeat_failures(), 0) << "a live stage answers its heartbeats";
+
+    s1->kill_now(SIGSTOP);
+    while (chain->n_heartbeat_failures() < 1 && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(20ms);
+    EXPECT_EQ(chain->n_heartbeat_failures(), 1) << "no request was sent: only a heartbeat can have found the frozen stage";
+    s1->kill_now(SIGCONT);
+    EXPECT_EQ(greedy_tokens(*chain, prompt, 6), reference) << "the link is re-dialed after SIGCONT";
+}
+
 class chain_restart : public chain_process, public ::testing::WithParamInterface<int> {};
 
 TEST_P(chain_restart, IdleLanesToARestartedStageAreRedialedAndTheNextEightRequestsSucceed) {

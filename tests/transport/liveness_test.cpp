@@ -59,6 +59,39 @@ TEST(step_budget, DefaultsBoundEveryStepADefaultRequestSendsToTenSeconds) {
     EXPECT_LE(step_budget(o, 1, 2), 10s);
 }
 
+TEST(heartbeat_monitor, SendsAfterQuietAnswersClearAndSilenceIsDeath) {
+    const auto t0 = clock::now();
+    heartbeat_monitor hb(1000ms, 300ms, t0);
+    using action = heartbeat_monitor::action;
+    EXPECT_EQ(hb.poll(t0 + 999ms, false), action::none);
+    EXPECT_EQ(hb.poll(t0 + 1000ms, true), action::none) << "busy links are watched by their step deadlines";
+    hb.on_traffic(t0 + 500ms);
+    EXPECT_EQ(hb.poll(t0 + 1000ms, false), action::none) << "traffic restarts the quiet time";
+    ASSERT_EQ(hb.poll(t0 + 1500ms, false), action::send);
+    const uint64_t id = hb.on_sent(t0 + 1500ms);
+    EXPECT_NE(id >> 63, 0u) << "never a step's or a request's id";
+    EXPECT_TRUE(hb.pending());
+    EXPECT_EQ(hb.poll(t0 + 1799ms, true), action::none);
+    EXPECT_FALSE(hb.on_ack(id + 1, t0 + 1600ms)) << "a step's ack is not the heartbeat's";
+    EXPECT_TRUE(hb.on_ack(id, t0 + 1600ms));
+    EXPECT_FALSE(hb.pending());
+    EXPECT_FALSE(hb.on_ack(id, t0 + 1601ms)) << "answered once";
+    EXPECT_EQ(hb.poll(t0 + 2599ms, false), action::none);
+    ASSERT_EQ(hb.poll(t0 + 2600ms, false), action::send);
+    const uint64_t second = hb.on_sent(t0 + 2600ms);
+    EXPECT_NE(second, id);
+    EXPECT_EQ(hb.poll(t0 + 2899ms, false), action::none);
+    EXPECT_EQ(hb.poll(t0 + 2900ms, true), action::dead) << "unanswered, busy or not";
+    EXPECT_EQ(hb.n_sent(), 2);
+    EXPECT_EQ(hb.n_answered(), 1);
+}
+
+TEST(heartbeat_monitor, IntervalZeroNeverSends) {
+    const auto t0 = clock::now();
+    heartbeat_monitor hb(0ms, 300ms, t0);
+    EXPECT_EQ(hb.poll(t0 + 24h, false), heartbeat_monitor::action::none);
+}
+
 // A peer that completes the handshake and then reads whatever comes but never answers:
 // a frozen stage, as far as its links show.
 struct silent_peer {
@@ -147,6 +180,109 @@ TEST(batch_link_liveness, StepsQueuedBehindOthersAreChargedTheirTokens) {
     ASSERT_TRUE(link.send(step, nullptr, &queued).is_ok());
     EXPECT_EQ(queued, 6) << "the second step waits for the first";
     link.close();
+}
+
+// A next stage as far as a batch link sees it: acks every Step, and answers
+// Heartbeats only when told to (a peer that froze right after its last step, or not).
+struct stepping_peer {
+    tcp_listener      listener;
+    endpoint          ep;
+    std::thread       thread;
+    std::atomic<bool> stop{false};
+    std::atomic<int>  n_heartbeats{0};
+
+    stepping_peer(const link_options & o, bool answer_heartbeats) {
+        auto l = tcp_listener::listen({"127.0.0.1", 0});
+        EXPECT_TRUE(l.is_ok());
+        listener = std::move(l).value();
+        ep = {"127.0.0.1", listener.port()};
+        thread = std::thread([this, o, answer_heartbeats] {
+            auto s = listener.accept(3000ms);
+            if (!s.is_ok()) return;
+            tcp_socket sock = std::move(s).value();
+            auto accepted = answer_hello(sock, o, [](const protocol::hello &) { return status::ok(); });
+            if (!accepted.is_ok()) return;
+            stage_link link(std::move(sock), o, "stage 0", std::move(accepted->macs));
+            while (!stop.load()) {
+                const int fd = link.fd();
+                if (wait_readable(std::span<const int>(&fd, 1), clock::now() + 20ms) < 0) continue;
+                uint64_t heartbeat_id = 0;
+                auto frame = link.read_step_or_heartbeat(link.frame_deadline(), &heartbeat_id);
+                if (!frame.is_ok()) break;
+                protocol::reply ack;
+                ack.kind = protocol::message_kind::ack;
+                if (frame->has_value()) {
+                    ack.request_id = (*frame)->step_id;
+                } else {
+                    ++n_heartbeats;
+                    if (!answer_heartbeats) continue;
+                    ack.request_id = heartbeat_id;
+                }
+                if (!link.send_reply(ack).is_ok()) break;
+            }
+        });
+    }
+    ~stepping_peer() {
+        stop.store(true);
+        listener.close();
+        if (thread.joinable()) thread.join();
+    }
+};
+
+struct failure_probe {
+    std::mutex              m;
+    std::condition_variable cv;
+    std::optional<status>   failure;
+    batch_link::failure_fn fn() {
+        return [this](const status & why, const std::vector<int32_t> &) {
+            std::lock_guard<std::mutex> lock(m);
+            failure = why;
+            cv.notify_all();
+        };
+    }
+};
+
+TEST(batch_link_liveness, AnIdleLinkWhosePeerStopsAnsweringHeartbeatsIsFailedBeforeTheNextStep) {
+    link_options o = fast_liveness();
+    o.liveness.heartbeat_interval = 100ms;
+    stepping_peer peer(o, /*answer_heartbeats=*/false);
+    failure_probe probe;
+    batch_link link([&] { return connect_link(peer.ep, protocol::hello{.link = protocol::link_kind::batch}, o, "stage 1"); }, 4, 4,
+                    probe.fn());
+    ASSERT_TRUE(link.send(protocol::testing::sample_step(), nullptr).is_ok());  // dials; acked
+    link.wait_idle(3);
+    std::unique_lock<std::mutex> lock(probe.m);
+    ASSERT_TRUE(probe.cv.wait_for(lock, 30s, [&] { return probe.failure.has_value(); })) << "an idle dead link went unnoticed";
+    EXPECT_EQ(probe.failure->code(), error_code::timed_out) << probe.failure->to_string();
+    EXPECT_NE(probe.failure->message().find("heartbeat"), std::string::npos) << probe.failure->to_string();
+    EXPECT_EQ(link.n_heartbeat_failures(), 1);
+    EXPECT_GE(link.n_heartbeats_sent(), 1);
+    EXPECT_GE(peer.n_heartbeats.load(), 1) << "the heartbeat reached the peer";
+}
+
+TEST(batch_link_liveness, AnsweredHeartbeatsKeepAnIdleLinkUp) {
+    link_options o = fast_liveness();
+    o.liveness.heartbeat_interval = 50ms;
+    stepping_peer peer(o, /*answer_heartbeats=*/true);
+    failure_probe probe;
+    batch_link link([&] { return connect_link(peer.ep, protocol::hello{.link = protocol::link_kind::batch}, o, "stage 1"); }, 4, 4,
+                    probe.fn());
+    protocol::step_frame step = protocol::testing::sample_step();
+    ASSERT_TRUE(link.send(step, nullptr).is_ok());
+    // Idle through several heartbeats, each answered (the answer timeout is 300 ms).
+    const auto give_up = clock::now() + 30s;
+    while (peer.n_heartbeats.load() < 5 && clock::now() < give_up) std::this_thread::sleep_for(10ms);
+    ASSERT_GE(peer.n_heartbeats.load(), 5) << "an idle link sends heartbeats";
+    {
+        std::lock_guard<std::mutex> lock(probe.m);
+        EXPECT_FALSE(probe.failure.has_value()) << probe.failure->to_string();
+    }
+    EXPECT_EQ(link.n_heartbeat_failures(), 0);
+    step.step_id += 1;
+    EXPECT_TRUE(link.send(step, nullptr).is_ok()) << "the same link still takes steps";
+    link.wait_idle(3);
+    std::lock_guard<std::mutex> lock(probe.m);
+    EXPECT_FALSE(probe.failure.has_value());
 }
 
 TEST(downstream_liveness, ASynchronousRequestTimesOutAfterItsBudgetOverEveryHopBelow) {

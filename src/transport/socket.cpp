@@ -203,9 +203,8 @@ result<tcp_socket> dial(const endpoint & ep, std::chrono::milliseconds timeout) 
 tcp_listener & tcp_listener::operator=(tcp_listener && o) noexcept {
     if (this != &o) {
         close();
-        fd_ = o.fd_;
+        fd_ = o.fd_.exchange(-1);
         port_ = o.port_;
-        o.fd_ = -1;
     }
     return *this;
 }
@@ -251,10 +250,10 @@ result<tcp_socket> tcp_listener::accept(std::chrono::milliseconds timeout) {
 }
 
 void tcp_listener::close() {
-    if (fd_ >= 0) {
-        ::shutdown(fd_, SHUT_RDWR);
-        ::close(fd_);
-        fd_ = -1;
+    const int fd = fd_.exchange(-1);
+    if (fd >= 0) {
+        ::shutdown(fd, SHUT_RDWR);
+        ::close(fd);
     }
 }
 

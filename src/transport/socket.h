@@ -5,6 +5,7 @@
 
 #include "base/status.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -64,7 +65,7 @@ class tcp_listener {
 public:
     tcp_listener() = default;
     ~tcp_listener() { close(); }
-    tcp_listener(tcp_listener && o) noexcept : fd_(o.fd_), port_(o.port_) { o.fd_ = -1; }
+    tcp_listener(tcp_listener && o) noexcept : fd_(o.fd_.exchange(-1)), port_(o.port_) {}
     tcp_listener & operator=(tcp_listener && o) noexcept;
     tcp_listener(const tcp_listener &) = delete;
     tcp_listener & operator=(const tcp_listener &) = delete;
@@ -80,8 +81,9 @@ public:
     void close();
 
 private:
-    int      fd_ = -1;
-    uint16_t port_ = 0;
+    // Atomic: close() may run on another thread than a blocked accept().
+    std::atomic<int> fd_{-1};
+    uint16_t         port_ = 0;
 };
 
 // Waits until one of the sockets is readable (or closed) or the deadline passes.

@@ -86,6 +86,15 @@ void add_runtime_flags(CLI::App * cmd, runtime_flags & f, int32_t default_lanes)
         ->check(CLI::ExistingFile);
     add_number(cmd, "--wire-delay-ms", f.wire_delay_ms, "Delay added before every frame written to a stage link (simulates a slow link)",
                0, 60000);
+    add_number(cmd, "--stage-step-timeout-ms", f.stage_step_timeout_ms,
+               "Base of a stage's deadline to answer work sent to it, per hop, in ms; the deadline adds "
+               "--stage-step-ms-per-token for every token of the work (a stuck stage fails its requests with timed_out)",
+               1, 3600000)->capture_default_str();
+    add_number(cmd, "--stage-step-ms-per-token", f.stage_step_ms_per_token,
+               "Slowest pace per token a stage may run at before it counts as stuck, in ms, per hop", 0, 600000)->capture_default_str();
+    add_number(cmd, "--stage-heartbeat-ms", f.stage_heartbeat_ms,
+               "An idle batch link sends a heartbeat after this many ms of quiet; one unanswered within "
+               "--stage-step-timeout-ms closes the link (0: no heartbeats)", 0, 3600000)->capture_default_str();
     cmd->add_option("--kv-cache", f.kv_cache, "Prefix cache: off, record (fill only) or lookup-record")
         ->check(CLI::IsMember({"off", "record", "lookup-record"}))->capture_default_str();
     add_number(cmd, "--kv-cache-min-tokens", f.kv_cache_min_tokens, "Prefixes shorter than this are neither recorded nor restored", 1,
@@ -145,6 +154,9 @@ result<transport::chain_options> to_chain_options(const runtime_flags & f) {
         SKIPPY_ASSIGN_OR_RETURN(c.link.stage_key, transport::load_stage_key(f.stage_key_file));
     }
     c.link.wire_delay_ms = f.wire_delay_ms;
+    c.link.liveness.step_base = std::chrono::milliseconds(f.stage_step_timeout_ms);
+    c.link.liveness.step_per_token = std::chrono::milliseconds(f.stage_step_ms_per_token);
+    c.link.liveness.heartbeat_interval = std::chrono::milliseconds(f.stage_heartbeat_ms);
     cache::stage_cache_config & cc = c.cache.config;
     cc.mode = f.kv_cache == "off" ? cache::cache_mode::off : f.kv_cache == "record" ? cache::cache_mode::record
                                                                                      : cache::cache_mode::lookup_record;

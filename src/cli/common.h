@@ -60,6 +60,10 @@ struct runtime_flags {
     std::string kv_type = "f16";
     std::string stage_key_file;   // shared key that authenticates stage links (empty: none)
     int32_t     wire_delay_ms = 0;
+    // Liveness (transport/liveness.h): a reply's budget per hop is base + tokens * rate.
+    int32_t     stage_step_timeout_ms = 2000;
+    int32_t     stage_step_ms_per_token = 20;
+    int32_t     stage_heartbeat_ms = 1000;  // 0: no heartbeats
     // Prefix cache (DESIGN §6)
     std::string kv_cache = "lookup-record";
     int64_t     kv_cache_min_tokens = 32;

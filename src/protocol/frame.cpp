@@ -20,6 +20,7 @@ std::string_view message_kind_name(message_kind kind) {
         case message_kind::trim_session:               return "trim_session";
         case message_kind::prediction_return_open:     return "prediction_return_open";
         case message_kind::step:                       return "step";
+        case message_kind::heartbeat:                  return "heartbeat";
         case message_kind::ack:                        return "ack";
         case message_kind::predicted_token:            return "predicted_token";
         case message_kind::predicted_tokens:           return "predicted_tokens";
@@ -30,8 +31,9 @@ std::string_view message_kind_name(message_kind kind) {
 
 bool is_request_kind(message_kind kind) {
     const auto v = static_cast<uint16_t>(kind);
-    return v >= static_cast<uint16_t>(message_kind::prefill) &&
-           v <= static_cast<uint16_t>(message_kind::prediction_return_open);
+    return (v >= static_cast<uint16_t>(message_kind::prefill) &&
+            v <= static_cast<uint16_t>(message_kind::prediction_return_open)) ||
+           kind == message_kind::heartbeat;
 }
 
 bool is_step_kind(message_kind kind) { return kind == message_kind::step; }

@@ -48,7 +48,7 @@ namespace skippy::protocol {
 // Version 5: the generation config asks for n_logprobs; PredictedToken carries them.
 // Version 6: challenge-response authentication in the handshake (no token on the
 // wire) and a MAC after every frame of an authenticated link.
-inline constexpr uint16_t protocol_version = 6;
+inline constexpr uint16_t protocol_version = 7;
 // Version of the state header inside a request.
 inline constexpr uint16_t state_header_version = 1;
 
@@ -233,6 +233,9 @@ enum class message_kind : uint16_t {
     prediction_return_open = 11,
     // a step of several lanes (travels downstream on a batch link; decode_step reads it)
     step = 12,
+    // a liveness ping on an idle forward or batch link (v7): the next stage answers it
+    // at once with an Ack of its request_id and never forwards it
+    heartbeat = 13,
     // replies (travel upstream, or to stage 0 on the return link)
     ack = 64,
     predicted_token = 65,
@@ -240,7 +243,8 @@ enum class message_kind : uint16_t {
     error = 67,
 };
 
-// Request kinds are 1..11 (decode_request); Step (12) has its own layout (decode_step).
+// Request kinds are 1..11 and 13 (Heartbeat) (decode_request); Step (12) has its own
+// layout (decode_step).
 bool is_request_kind(message_kind kind);
 bool is_step_kind(message_kind kind);
 bool is_reply_kind(message_kind kind);

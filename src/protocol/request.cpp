@@ -74,9 +74,12 @@ constexpr kind_rule kind_rules[] = {
     {message_kind::prediction_return_open,     message_phase::control, 0, 0,   forbidden, forbidden, forbidden, false},
 };
 static_assert(std::size(kind_rules) == static_cast<size_t>(message_kind::prediction_return_open));
+// After Step's number, so outside the table.
+constexpr kind_rule heartbeat_rule = {message_kind::heartbeat, message_phase::control, 0, 0, forbidden, forbidden, forbidden, false};
 
 const kind_rule & rule_for(message_kind kind) {
     assert(is_request_kind(kind));
+    if (kind == message_kind::heartbeat) return heartbeat_rule;
     return kind_rules[static_cast<size_t>(kind) - 1];
 }
 

@@ -44,8 +44,57 @@ void batch_link::fail_locked(const status & reason, std::unique_lock<std::mutex>
 }
 
 void batch_link::read_loop(stage_link * link) {
+    // Waits in short slices: a step sent while the link was idle must have its deadline
+    // watched from then on, and a slice ends soon enough to see it.
+    constexpr auto slice = std::chrono::milliseconds(50);
     while (true) {
-        auto r = link->read_reply(clock::now() + std::chrono::hours(24 * 365));  // idle links wait
+        const int fd = link->fd();
+        if (wait_readable(std::span<const int>(&fd, 1), clock::now() + slice) < 0) {
+            std::unique_lock<std::mutex> lock(mutex_);
+            if (failed_) return;
+            const auto now = clock::now();
+            switch (heartbeat_.poll(now, !in_flight_.empty())) {
+                case heartbeat_monitor::action::dead:
+                    n_heartbeat_failures_.fetch_add(1);
+                    fail_locked(make_error(error_code::timed_out, link->peer_name() + " did not answer a heartbeat within " +
+                                                                      std::to_string(heartbeat_.answer_timeout().count()) +
+                                                                      " ms: the stage is stuck or unreachable"),
+                                lock);
+                    return;
+                case heartbeat_monitor::action::send: {
+                    protocol::request ping;
+                    ping.kind = message_kind::heartbeat;
+                    ping.request_id = heartbeat_.on_sent(now);
+                    ping.state.phase = protocol::message_phase::control;
+                    lock.unlock();
+                    status st;
+                    {
+                        std::lock_guard<std::mutex> write_lock(write_mutex_);
+                        st = link->send_request(ping);
+                    }
+                    n_heartbeats_sent_.fetch_add(1);
+                    if (!st.is_ok()) {
+                        lock.lock();
+                        fail_locked(st, lock);
+                        return;
+                    }
+                    continue;
+                }
+                case heartbeat_monitor::action::none: break;
+            }
+            if (!in_flight_.empty() && clock::now() >= in_flight_.front().ack_deadline) {
+                const in_flight & f = in_flight_.front();
+                fail_locked(make_error(error_code::timed_out,
+                                       link->peer_name() + " did not acknowledge step " + std::to_string(f.step_id) + " (" +
+                                           std::to_string(f.n_tokens) + " tokens) within its deadline of " +
+                                           std::to_string(step_budget(link->options().liveness, f.n_tokens).count()) +
+                                           " ms: the stage is stuck or unreachable"),
+                            lock);
+                return;
+            }
+            continue;
+        }
+        auto r = link->read_reply(link->frame_deadline());
         std::unique_lock<std::mutex> lock(mutex_);
         if (failed_) return;  // closed or failed by the sender
         if (!r.is_ok()) {
@@ -58,6 +107,8 @@ void batch_link::read_loop(stage_link * link) {
             fail_locked(protocol::error_reply_status(*r), lock);
             return;
         }
+        heartbeat_.on_traffic(clock::now());
+        if (r->kind == message_kind::ack && heartbeat_.on_ack(r->request_id, clock::now())) continue;
         if (r->kind != message_kind::ack || in_flight_.empty() || in_flight_.front().step_id != r->request_id) {
             fail_locked(make_error(error_code::invalid_data, link->peer_name() + " sent an unexpected " +
                                                                  std::string(protocol::message_kind_name(r->kind)) + " for step " +
@@ -71,7 +122,7 @@ void batch_link::read_loop(stage_link * link) {
     }
 }
 
-status batch_link::send(const protocol::step_frame & step, uint32_t * forward_us) {
+status batch_link::send(const protocol::step_frame & step, uint32_t * forward_us, int64_t * n_tokens_queued) {
     const auto t0 = clock::now();
     std::unique_lock<std::mutex> lock(mutex_);
     if (failed_ || !link_.connected()) {
@@ -88,19 +139,31 @@ status batch_link::send(const protocol::step_frame & step, uint32_t * forward_us
         if (!dialed.is_ok()) return dialed.error();
         link_ = std::move(dialed).value();
         failed_ = false;
+        const liveness_options & live = link_.options().liveness;
+        heartbeat_ = heartbeat_monitor(live.heartbeat_interval, step_budget(live, 0), clock::now());
         reader_ = std::thread([this, l = &link_] { read_loop(l); });
     }
     cv_.wait(lock, [&] { return failed_ || static_cast<int32_t>(in_flight_.size()) < credit_window_; });
     if (failed_) return make_error(error_code::unavailable, link_.peer_name() + ": the batch link failed");
-    in_flight f{step.step_id, {}};
+    in_flight f{step.step_id, {}, 0, {}};
+    int64_t queued = 0;
     for (const auto & e : step.entries) {
         f.lanes.push_back(static_cast<int32_t>(e.session_id));
         ++per_lane_[static_cast<size_t>(e.session_id)];
+        f.n_tokens += static_cast<int64_t>(e.tokens.size());
     }
+    for (const auto & ahead : in_flight_) queued += ahead.n_tokens;
+    queued += f.n_tokens;
+    f.ack_deadline = clock::now() + step_budget(link_.options().liveness, queued);
+    if (n_tokens_queued) *n_tokens_queued = queued;
     in_flight_.push_back(std::move(f));
     lock.unlock();
-    // The reader only reads: writing without the lock lets acknowledgements in meanwhile.
-    status st = link_.send_step(step);
+    // Writing without mutex_ lets acknowledgements in meanwhile.
+    status st;
+    {
+        std::lock_guard<std::mutex> write_lock(write_mutex_);
+        st = link_.send_step(step);
+    }
     if (!st.is_ok()) {
         lock.lock();
         fail_locked(st, lock);

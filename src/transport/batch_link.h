@@ -9,10 +9,18 @@
 // connections. A reader thread takes the acknowledgements; when the link fails (the
 // peer closed, an Error, a bad reply) it reports the reason and the lanes that had
 // steps in flight, and the next send dials again.
+//
+// Every step must be acknowledged within its step budget (liveness.h), charged with
+// its own tokens and those of the unacknowledged steps ahead of it: a peer that does
+// not (frozen, partitioned) fails the link with `timed_out`. A link with no step
+// outstanding sends a Heartbeat after liveness.heartbeat_interval of quiet; one not
+// answered within step_base fails the link the same way, so a peer that froze while
+// the link was idle is found before a step is put on it.
 #pragma once
 
 #include "transport/link.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -37,8 +45,10 @@ public:
 
     // Dials when not connected, waits for credit, sends. One sender thread at a time.
     // REQUIRES: every entry's session_id < n_lanes. PROMISES: *forward_us is the time
-    // from the call until the frame was written.
-    status send(const protocol::step_frame & step, uint32_t * forward_us);
+    // from the call until the frame was written; *n_tokens_queued (when given) is the
+    // tokens of this step and of the unacknowledged steps ahead of it, the work the
+    // peer does before this step is through.
+    status send(const protocol::step_frame & step, uint32_t * forward_us, int64_t * n_tokens_queued = nullptr);
 
     // Waits until no unacknowledged step holds `lane` (at once after a failure, which
     // forgets them).
@@ -47,10 +57,17 @@ public:
     // Closes the link and joins the reader (a later send dials again).
     void close();
 
+    // Heartbeats sent, and links failed because one went unanswered (over every
+    // connection this batch_link made). Thread-safe.
+    int64_t n_heartbeats_sent() const { return n_heartbeats_sent_.load(); }
+    int64_t n_heartbeat_failures() const { return n_heartbeat_failures_.load(); }
+
 private:
     struct in_flight {
         uint64_t             step_id;
         std::vector<int32_t> lanes;
+        int64_t              n_tokens = 0;
+        clock::time_point    ack_deadline;
     };
     void read_loop(stage_link * link);
     void fail_locked(const status & reason, std::unique_lock<std::mutex> & lock);
@@ -64,6 +81,11 @@ private:
     bool                       failed_ = false;
     std::deque<in_flight>      in_flight_;
     std::vector<int32_t>       per_lane_;  // unacknowledged steps holding each lane
+    heartbeat_monitor          heartbeat_{std::chrono::milliseconds(0), std::chrono::milliseconds(1), clock::now()};  // under mutex_
+    // Frames on link_ come from the sender (steps) and the reader (heartbeats).
+    std::mutex                 write_mutex_;
+    std::atomic<int64_t>       n_heartbeats_sent_{0};
+    std::atomic<int64_t>       n_heartbeat_failures_{0};
     std::thread                reader_;
 };
 

@@ -15,7 +15,7 @@ using protocol::message_kind;
 
 struct chain_pipeline::lane_state final : chain_restore::chain_i {
     lane_state(chain_pipeline & owner, stage & st, stage_cache_host * host, int32_t lane, downstream_link::dial_fn dial)
-        : self(owner), index(lane), session(st, host, lane, 0), forward(std::move(dial), owner.options_.credit_window),
+        : self(owner), index(lane), session(st, host, lane, 0), forward(std::move(dial), owner.options_.credit_window, std::max(1, owner.topo_.n_stages() - 1)),
           restore(session, *this, owner.single_stage()) {}
 
     // chain_restore::chain_i
@@ -35,6 +35,9 @@ struct chain_pipeline::lane_state final : chain_restore::chain_i {
     token_logprobs           logprobs;       // of the token the last decode returned
     int64_t                  n_prompt = 0;
     uint64_t                 decode_request_id = 0;  // of the lane's last decode entry (set by its step)
+    // When the token of that decode is due back from the final stage (set by its step):
+    // the step budget of the step and the steps queued ahead of it, over every hop.
+    clock::time_point        token_deadline;
     // Set by the acceptor thread, taken by the lane's user.
     std::mutex                  return_mutex;
     std::condition_variable     return_ready;
@@ -149,13 +152,16 @@ void chain_pipeline::run_step(std::span<step_item> items) {
     step.activation.layer_end = static_cast<uint32_t>(stage_->slice().range().end);
     step.activation.n_embd = static_cast<uint32_t>(stage_->hparams().n_embd);
     uint32_t forward_us = 0;
-    const status st = batch_->send(step, &forward_us);
+    int64_t n_tokens_queued = 0;
+    const status st = batch_->send(step, &forward_us, &n_tokens_queued);
+    const auto token_deadline = clock::now() + step_budget(options_.link.liveness, n_tokens_queued, topo_.n_stages() - 1);
     for (step_item & it : items) {
         if (!it.result.is_ok()) continue;
         if (!st.is_ok()) {
             it.result = st;
             continue;
         }
+        if (it.kind == step_kind::decode) lanes_[static_cast<size_t>(it.lane)]->token_deadline = token_deadline;
         protocol::stats_block & stats = lanes_[static_cast<size_t>(it.lane)]->stats;
         stats.max_forward_us = std::max(stats.max_forward_us, forward_us);
     }
@@ -243,9 +249,25 @@ status chain_pipeline::fail_lane(int32_t lane, const status & why) {
     return st;
 }
 
+// An idle lane's links carry nothing until stage 0 sends: anything readable on them is
+// the peer closing (a stage restarted or died) or an Error it sent on its way out.
+bool chain_pipeline::idle_links_stale(lane_state & ls) {
+    std::vector<int> fds = {ls.forward.fd()};
+    {
+        std::lock_guard<std::mutex> lock(ls.return_mutex);
+        if (ls.return_link) fds.push_back(ls.return_link->fd());
+    }
+    return wait_readable(fds, clock::now()) >= 0;
+}
+
 status chain_pipeline::ensure_connected(int32_t lane) {
     lane_state & ls = *lanes_[static_cast<size_t>(lane)];
-    if (!ls.broken && ls.forward.connected()) return status::ok();
+    if (!ls.broken && ls.forward.connected()) {
+        if (!idle_links_stale(ls)) return status::ok();
+        n_stale_redials_.fetch_add(1);
+        SKIPPY_LOG_INFO("stage 0: lane %d: its idle links were closed by the peer (a stage restarted?): re-dialing", lane);
+        ls.broken = true;
+    }
     ls.forward.close();
     {
         std::lock_guard<std::mutex> lock(ls.return_mutex);
@@ -304,6 +326,27 @@ status chain_pipeline::roundtrip(lane_state & ls, protocol::request req, protoco
     return status::ok();
 }
 
+// Connects the lane if needed and configures it on every stage; the final stage opens
+// the lane's return link before it acks.
+status chain_pipeline::configure_lane(lane_state & ls, const sampling_config & sampling, std::string_view cache_key) {
+    SKIPPY_TRY(ensure_connected(ls.index));
+    protocol::request req = make_request(ls, message_kind::configure_generation, 0);
+    protocol::generation_config gc;
+    gc.sampling = to_sampling_params(sampling);
+    gc.cache_key = std::string(cache_key);
+    gc.cache_mode = to_prompt_cache_mode(options_.cache.config.mode);
+    gc.cache_min_tokens = static_cast<uint32_t>(std::max<int64_t>(0, options_.cache.config.min_tokens));
+    req.generation = gc;
+    protocol::reply reply;
+    SKIPPY_TRY(roundtrip(ls, std::move(req), reply));
+    // The acceptor may still be registering the return link.
+    std::unique_lock<std::mutex> lock(ls.return_mutex);
+    if (!ls.return_ready.wait_for(lock, options_.link.handshake_timeout, [&] { return ls.return_link != nullptr; })) {
+        return make_error(error_code::unavailable, "the final stage did not open its return link to stage 0");
+    }
+    return status::ok();
+}
+
 status chain_pipeline::begin(int32_t lane, const sampling_config & sampling, std::span<const token_id> prompt_tokens,
                              std::string_view cache_key) {
     if (lane < 0 || lane >= n_lanes()) return make_error(error_code::invalid_argument, "no such lane");
@@ -326,27 +369,24 @@ status chain_pipeline::begin(int32_t lane, const sampling_config & sampling, std
         return ls.restore.begin(prompt_tokens);
     }
 
-    status st = ensure_connected(lane);
-    if (!st.is_ok()) return fail_lane(lane, st);
-    protocol::request req = make_request(ls, message_kind::configure_generation, 0);
-    protocol::generation_config gc;
-    gc.sampling = to_sampling_params(sampling);
-    gc.cache_key = std::string(cache_key);
-    gc.cache_mode = to_prompt_cache_mode(mode);
-    gc.cache_min_tokens = static_cast<uint32_t>(std::max<int64_t>(0, options_.cache.config.min_tokens));
-    req.generation = gc;
-    protocol::reply reply;
-    st = roundtrip(ls, std::move(req), reply);
-    if (!st.is_ok()) return fail_lane(lane, st);
-    {
-        // The final stage opened the return link before acking; the acceptor may still
-        // be registering it.
-        std::unique_lock<std::mutex> lock(ls.return_mutex);
-        if (!ls.return_ready.wait_for(lock, options_.link.handshake_timeout, [&] { return ls.return_link != nullptr; })) {
-            lock.unlock();
-            return fail_lane(lane, make_error(error_code::unavailable, "the final stage did not open its return link to stage 0"));
+    // A lane reused from an earlier request may turn out dead only when used (its stage
+    // restarted and the close has not reached us): nothing has gone to the client yet,
+    // so it gets one more try on a freshly dialed lane.
+    const bool reused = !ls.broken && ls.forward.connected();
+    status st = configure_lane(ls, sampling, cache_key);
+    if (!st.is_ok() && reused && (st.code() == error_code::peer_closed || st.code() == error_code::unavailable)) {
+        SKIPPY_LOG_INFO("stage 0: lane %d: a reused lane failed before its first token (%s): retrying on a fresh one", lane,
+                        st.to_string().c_str());
+        n_retries_.fetch_add(1);
+        (void)fail_lane(lane, st);
+        {
+            std::lock_guard<std::mutex> lock(ls.failure_mutex);
+            ls.batch_failure.reset();
         }
+        ls.session.cache().configure(std::string(cache_key), mode, ls.n_prompt);
+        st = configure_lane(ls, sampling, cache_key);
     }
+    if (!st.is_ok()) return fail_lane(lane, st);
     st = ls.restore.begin(prompt_tokens);
     return st.is_ok() ? st : fail_lane(lane, st);
 }
@@ -437,18 +477,23 @@ result<token_id> chain_pipeline::wait_for_token(int32_t lane, uint64_t request_i
     }
     if (!ret) return fail_lane(lane, make_error(error_code::unavailable, "no return link from the final stage"));
     // Wait for the token on the return link while taking acks (and errors) from stage 1.
-    const auto deadline = clock::now() + options_.link.reply_timeout;
+    // A stuck stage usually fails the batch link first (its acks are due sooner, per
+    // hop); this is the bound for the whole trip.
+    const auto deadline = ls.token_deadline;
     while (true) {
         const int fds[2] = {ret->fd(), ls.forward.fd()};
         const int ready = wait_readable(fds, deadline);
-        if (ready < 0) return fail_lane(lane, make_error(error_code::timed_out, "timed out waiting for the predicted token"));
+        if (ready < 0) {
+            return fail_lane(lane, make_error(error_code::timed_out, "the predicted token did not arrive within its deadline: a stage "
+                                                                     "is stuck or unreachable"));
+        }
         if (ready == 1) {
             // Nothing but an Error travels up a lane's forward link while it decodes.
             status st = ls.forward.read_one(0, nullptr);
             if (!st.is_ok()) return fail_lane(lane, st);
             continue;
         }
-        auto r = ret->read_reply(deadline);
+        auto r = ret->read_reply(ret->frame_deadline());
         if (!r.is_ok()) return fail_lane(lane, upstream_reason(ls, r.error()));
         if (r->kind == message_kind::error) return fail_lane(lane, protocol::error_reply_status(*r));
         if (r->kind != message_kind::predicted_token || r->request_id != request_id) {

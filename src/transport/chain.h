@@ -17,7 +17,11 @@
 // full prefill inside decode().
 //
 // A lane whose links fail is marked broken: the request fails with the reason, and
-// the next begin() on that lane reconnects the chain.
+// the next begin() on that lane reconnects the chain. An idle lane is checked before
+// use (a stage that restarted closed it) and re-dialed; a reused lane that fails while
+// it is being configured (before any token) is retried once on a fresh one. Replies
+// wait at most their step budget (liveness.h), so a stuck stage fails the requests on
+// it with `timed_out`.
 #pragma once
 
 #include "runtime/pipeline.h"
@@ -62,6 +66,15 @@ public:
     protocol::stats_block last_stats(int32_t lane) const;
     int32_t n_stages() const { return topo_.n_stages(); }
     stage_cache_host * cache_host() { return cache_.get(); }
+    // Liveness counters (docs/transport.md, "Liveness"): idle lanes found closed by
+    // their peer and re-dialed before use; requests retried on a fresh lane after a
+    // reused one failed before their first token. Thread-safe.
+    int64_t n_stale_redials() const { return n_stale_redials_.load(); }
+    int64_t n_retries() const { return n_retries_.load(); }
+    // Heartbeats stage 0 sent on its batch link to stage 1, and batch links it closed
+    // because one went unanswered.
+    int64_t n_heartbeats_sent() const { return batch_ ? batch_->n_heartbeats_sent() : 0; }
+    int64_t n_heartbeat_failures() const { return batch_ ? batch_->n_heartbeat_failures() : 0; }
 
     // /metrics snapshots of the stages in this process (stage 0 and in-process stages;
     // external stage processes are not visible here). Thread-safe.
@@ -81,6 +94,8 @@ private:
     void register_return_link(handshake_pool::pending & p);
     status fail_lane(int32_t lane, const status & st);
     status ensure_connected(int32_t lane);
+    bool idle_links_stale(lane_state & ls);
+    status configure_lane(lane_state & ls, const sampling_config & sampling, std::string_view cache_key);
     status upstream_reason(lane_state & ls, const status & fallback);
     status roundtrip(lane_state & ls, protocol::request req, protocol::reply & reply);
     protocol::request make_request(lane_state & ls, protocol::message_kind kind, int64_t pos_start) const;
@@ -97,6 +112,8 @@ private:
     chain_options                              options_;
     std::vector<std::unique_ptr<lane_state>>   lanes_;
     std::atomic<bool>                          stopping_{false};
+    std::atomic<int64_t>                       n_stale_redials_{0};
+    std::atomic<int64_t>                       n_retries_{0};
     std::thread                                acceptor_;
     handshake_pool                             handshakes_;
     std::vector<std::unique_ptr<stage_server>> servers_;

@@ -11,14 +11,14 @@ status downstream_link::ensure_connected() {
     SKIPPY_ASSIGN_OR_RETURN(stage_link l, dial_());
     std::lock_guard<std::mutex> lock(mutex_);
     link_ = std::move(l);
-    outstanding_ = 0;
+    outstanding_.clear();
     return status::ok();
 }
 
 void downstream_link::close() {
     std::lock_guard<std::mutex> lock(mutex_);
     link_.close();
-    outstanding_ = 0;
+    outstanding_.clear();
 }
 
 void downstream_link::shutdown() {
@@ -26,8 +26,19 @@ void downstream_link::shutdown() {
     link_.shutdown();
 }
 
-status downstream_link::read_one(uint64_t want_id, protocol::reply * out) {
-    SKIPPY_ASSIGN_OR_RETURN(protocol::reply r, link_.read_reply(link_.reply_deadline()));
+namespace {
+
+std::string budget_text(const liveness_options & o, int64_t n_tokens, int32_t n_hops) {
+    return std::to_string(step_budget(o, n_tokens, n_hops).count()) + " ms for " + std::to_string(n_tokens) + " tokens over " +
+           std::to_string(n_hops) + (n_hops == 1 ? " hop" : " hops");
+}
+
+}  // namespace
+
+status downstream_link::read_one(uint64_t want_id, protocol::reply * out, clock::time_point deadline) {
+    auto read = link_.read_reply(deadline);
+    if (!read.is_ok()) return read.error();
+    protocol::reply r = std::move(read).value();
     if (r.kind == message_kind::error) return protocol::error_reply_status(r);
     if (out && r.request_id == want_id) {
         *out = std::move(r);
@@ -37,28 +48,44 @@ status downstream_link::read_one(uint64_t want_id, protocol::reply * out) {
         return make_error(error_code::invalid_data, link_.peer_name() + " sent an unexpected " +
                                                         std::string(protocol::message_kind_name(r.kind)));
     }
-    if (outstanding_ <= 0) return make_error(error_code::invalid_data, link_.peer_name() + " acked more than was sent");
-    --outstanding_;
+    if (outstanding_.empty()) return make_error(error_code::invalid_data, link_.peer_name() + " acked more than was sent");
+    outstanding_.pop_front();
     return status::ok();
+}
+
+status downstream_link::read_oldest_ack() {
+    const pending_ack oldest = outstanding_.front();
+    const status st = read_one(0, nullptr, oldest.ack_deadline);
+    if (st.code() != error_code::timed_out || !link_.connected()) return st;
+    return make_error(error_code::timed_out, link_.peer_name() + " did not acknowledge a request within its deadline (" +
+                                                 budget_text(link_.options().liveness, oldest.n_tokens, 1) +
+                                                 "): the stage is stuck or unreachable");
 }
 
 status downstream_link::send_streamed(const protocol::request & r, uint32_t * forward_us) {
     const auto t0 = clock::now();
     SKIPPY_TRY(ensure_connected());
-    while (outstanding_ >= credit_window_) SKIPPY_TRY(read_one(0, nullptr));
+    while (static_cast<int32_t>(outstanding_.size()) >= credit_window_) SKIPPY_TRY(read_oldest_ack());
     SKIPPY_TRY(link_.send_request(r));
     if (forward_us) *forward_us = measured_us_since(t0);
-    ++outstanding_;
+    int64_t queued = static_cast<int64_t>(r.tokens.size());
+    for (const auto & o : outstanding_) queued += o.n_tokens;
+    outstanding_.push_back({static_cast<int64_t>(r.tokens.size()), clock::now() + step_budget(link_.options().liveness, queued)});
     return status::ok();
 }
 
 status downstream_link::roundtrip(const protocol::request & r, protocol::reply & reply, uint32_t * forward_us) {
     const auto t0 = clock::now();
     SKIPPY_TRY(ensure_connected());
-    while (outstanding_ > 0) SKIPPY_TRY(read_one(0, nullptr));
+    while (!outstanding_.empty()) SKIPPY_TRY(read_oldest_ack());
     SKIPPY_TRY(link_.send_request(r));
     if (forward_us) *forward_us = measured_us_since(t0);
-    return read_one(r.request_id, &reply);
+    const int64_t n_tokens = static_cast<int64_t>(r.tokens.size());
+    const status st = read_one(r.request_id, &reply, clock::now() + step_budget(link_.options().liveness, n_tokens, n_hops_));
+    if (st.code() != error_code::timed_out) return st;
+    return make_error(error_code::timed_out, link_.peer_name() + " did not answer " + std::string(protocol::message_kind_name(r.kind)) +
+                                                 " within its deadline (" + budget_text(link_.options().liveness, n_tokens, n_hops_) +
+                                                 "): a stage is stuck or unreachable");
 }
 
 }  // namespace skippy::transport

@@ -2,10 +2,15 @@
 // "A request"): streamed requests (Prefill, Decode) within a credit window, synchronous
 // ones (control, TryRestorePrefillDecode) once every streamed one before them is
 // acknowledged. Stage 0 and every stage k >= 1 use the same one.
+//
+// Every reply waits at most its step budget (liveness.h): a streamed request's ack for
+// its tokens and those queued ahead of it over one hop, a synchronous reply for its
+// tokens over every hop below that answers it in turn (n_hops).
 #pragma once
 
 #include "transport/link.h"
 
+#include <deque>
 #include <functional>
 #include <mutex>
 
@@ -16,15 +21,17 @@ public:
     // Dials the next stage and completes the handshake (called when not connected).
     using dial_fn = std::function<result<stage_link>()>;
 
-    // REQUIRES: credit_window >= 1.
-    downstream_link(dial_fn dial, int32_t credit_window) : dial_(std::move(dial)), credit_window_(credit_window) {}
+    // REQUIRES: credit_window >= 1, n_hops >= 1 (the stages a synchronous request
+    // travels through before its reply comes back: the next stage and those below it).
+    downstream_link(dial_fn dial, int32_t credit_window, int32_t n_hops = 1)
+        : dial_(std::move(dial)), credit_window_(credit_window), n_hops_(n_hops) {}
 
     // Dials when there is no connection; a fresh connection has nothing outstanding.
     status ensure_connected();
     bool connected() const { return link_.connected(); }
     int fd() const { return link_.fd(); }
     const std::string & peer_name() const { return link_.peer_name(); }
-    int32_t outstanding() const { return outstanding_; }
+    int32_t outstanding() const { return static_cast<int32_t>(outstanding_.size()); }
     stage_link & link() { return link_; }
 
     void close();
@@ -32,10 +39,13 @@ public:
     // owner's connect and close.
     void shutdown();
 
-    // Reads one reply: an Ack of a streamed request returns credit; the reply to
-    // `want_id` goes to *out (when out is given); an Error reply is returned as its
-    // status; anything else is invalid_data.
-    status read_one(uint64_t want_id, protocol::reply * out);
+    // Reads one reply, waiting until `deadline` for it to begin: an Ack of a streamed
+    // request returns credit; the reply to `want_id` goes to *out (when out is given);
+    // an Error reply is returned as its status; anything else is invalid_data; no reply
+    // by the deadline is timed_out.
+    status read_one(uint64_t want_id, protocol::reply * out, clock::time_point deadline);
+    // For a reply already arriving (the socket polled readable).
+    status read_one(uint64_t want_id, protocol::reply * out) { return read_one(want_id, out, link_.frame_deadline()); }
 
     // Connects if needed, waits for credit, sends. PROMISES: *forward_us is the time
     // from the call to the frame being written (docs/protocol.md, max_forward_us).
@@ -50,7 +60,15 @@ private:
     const int32_t   credit_window_;
     std::mutex      mutex_;  // link_ against shutdown() from other threads
     stage_link      link_;
-    int32_t         outstanding_ = 0;  // streamed requests not acknowledged yet
+    struct pending_ack {
+        int64_t           n_tokens;
+        clock::time_point ack_deadline;
+    };
+    // The credit wait for the oldest streamed request.
+    status read_oldest_ack();
+
+    const int32_t   n_hops_;
+    std::deque<pending_ack> outstanding_;  // streamed requests not acknowledged yet, oldest first
 };
 
 }  // namespace skippy::transport

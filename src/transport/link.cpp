@@ -18,7 +18,7 @@ status stage_link::write_frame(std::vector<uint8_t> bytes) {
         bytes.insert(bytes.end(), tag->begin(), tag->end());
     }
     if (options_.wire_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options_.wire_delay_ms));
-    return annotate(socket_.write_all(bytes));
+    return annotate(socket_.write_all(bytes, clock::now() + options_.frame_timeout));
 }
 
 status stage_link::send_request(const protocol::request & r) {
@@ -147,6 +147,22 @@ result<protocol::step_frame> stage_link::read_step(clock::time_point deadline) {
     auto s = protocol::decode_step(frame, options_.limits);
     if (!s.is_ok()) return annotate(s.error());
     return s;
+}
+
+result<std::optional<protocol::step_frame>> stage_link::read_step_or_heartbeat(clock::time_point deadline, uint64_t * heartbeat_id) {
+    std::vector<uint8_t> frame;
+    SKIPPY_TRY(read_frame(frame, deadline));
+    auto kind = protocol::peek_frame_kind(frame);
+    if (!kind.is_ok()) return annotate(kind.error());
+    if (*kind == protocol::message_kind::heartbeat) {
+        auto r = protocol::decode_request(frame, options_.limits);
+        if (!r.is_ok()) return annotate(r.error());
+        *heartbeat_id = r->request_id;
+        return std::optional<protocol::step_frame>();
+    }
+    auto s = protocol::decode_step(frame, options_.limits);
+    if (!s.is_ok()) return annotate(s.error());
+    return std::optional<protocol::step_frame>(std::move(s).value());
 }
 
 result<protocol::request> read_first_request(tcp_socket & socket, const link_options & options, frame_mac & recv,

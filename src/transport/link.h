@@ -10,6 +10,7 @@
 #include "base/status.h"
 #include "protocol/protocol.h"
 #include "transport/link_auth.h"
+#include "transport/liveness.h"
 #include "transport/socket.h"
 
 #include <chrono>
@@ -18,6 +19,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,10 +35,13 @@ struct link_options {
     std::chrono::milliseconds connect_timeout{5000};
     // The whole handshake, on both sides (a silent dialer is closed after this).
     std::chrono::milliseconds handshake_timeout{2000};
-    std::chrono::milliseconds reply_timeout{600000};  // waiting for a reply or a token
+    // How long a peer may take to answer the work sent to it (liveness.h): replies,
+    // acknowledgements and predicted tokens all wait at most their step budget.
+    liveness_options          liveness;
     // Once a frame's first byte has arrived, the rest of it must arrive within this
     // (a peer that stalls or closes mid-frame is an error, not an idle lane). Waiting
-    // for a frame to begin is bounded only by the caller's deadline.
+    // for a frame to begin is bounded only by the caller's deadline. Writes are bounded
+    // the same way: a peer that stops reading for this long fails the write.
     std::chrono::milliseconds frame_timeout{10000};
     // Accepted connections whose handshake is still running, per listener and per peer
     // address. Beyond either, a new connection pushes out the oldest pending handshake
@@ -77,7 +82,13 @@ public:
     result<protocol::request> read_request(clock::time_point deadline);
     result<protocol::reply> read_reply(clock::time_point deadline);
     result<protocol::step_frame> read_step(clock::time_point deadline);
-    clock::time_point reply_deadline() const { return clock::now() + options_.reply_timeout; }
+    // A batch link's next frame: a Step, or a Heartbeat (nullopt, its request_id in
+    // *heartbeat_id). Any other kind is invalid_data.
+    result<std::optional<protocol::step_frame>> read_step_or_heartbeat(clock::time_point deadline, uint64_t * heartbeat_id);
+    const link_options & options() const { return options_; }
+    // For a read once the socket is readable: the frame has begun, so it is bounded by
+    // frame_timeout alone.
+    clock::time_point frame_deadline() const { return clock::now() + options_.frame_timeout; }
 
 private:
     status write_frame(std::vector<uint8_t> bytes);

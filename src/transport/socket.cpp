@@ -1,6 +1,7 @@
 #include "transport/socket.h"
 
 #include <arpa/inet.h>
+#include <algorithm>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -103,15 +104,22 @@ std::string tcp_socket::peer_host() const {
     return host;
 }
 
-status tcp_socket::write_all(std::span<const uint8_t> data) {
+status tcp_socket::write_all(std::span<const uint8_t> data, clock::time_point deadline) {
     size_t done = 0;
     while (done < data.size()) {
-        ssize_t n = ::send(fd_, data.data() + done, data.size() - done, MSG_NOSIGNAL);
+        // Non-blocking even on a blocking socket: a full send buffer waits in poll
+        // below, where the deadline holds.
+        ssize_t n = ::send(fd_, data.data() + done, data.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                if (clock::now() >= deadline) {
+                    return make_error(error_code::timed_out, "send timed out: the peer took " + std::to_string(done) + " of " +
+                                                                 std::to_string(data.size()) + " bytes");
+                }
                 pollfd p{fd_, POLLOUT, 0};
-                ::poll(&p, 1, 1000);
+                const auto left_ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
+                ::poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left_ms + 1, 1, 1000)));
                 continue;
             }
             return sys_error("send failed");
@@ -195,9 +203,8 @@ result<tcp_socket> dial(const endpoint & ep, std::chrono::milliseconds timeout) 
 tcp_listener & tcp_listener::operator=(tcp_listener && o) noexcept {
     if (this != &o) {
         close();
-        fd_ = o.fd_;
+        fd_ = o.fd_.exchange(-1);
         port_ = o.port_;
-        o.fd_ = -1;
     }
     return *this;
 }
@@ -243,10 +250,10 @@ result<tcp_socket> tcp_listener::accept(std::chrono::milliseconds timeout) {
 }
 
 void tcp_listener::close() {
-    if (fd_ >= 0) {
-        ::shutdown(fd_, SHUT_RDWR);
-        ::close(fd_);
-        fd_ = -1;
+    const int fd = fd_.exchange(-1);
+    if (fd >= 0) {
+        ::shutdown(fd, SHUT_RDWR);
+        ::close(fd);
     }
 }
 

@@ -5,6 +5,7 @@
 
 #include "base/status.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -45,8 +46,9 @@ public:
     // The peer's numeric address ("127.0.0.1", "::1"); empty when it cannot be read.
     std::string peer_host() const;
 
-    // Writes all of `data`. An error (peer gone) is `unavailable`.
-    status write_all(std::span<const uint8_t> data);
+    // Writes all of `data`. An error (peer gone) is `unavailable`; a peer that does not
+    // take the bytes before `deadline` (it stopped reading) is `timed_out`.
+    status write_all(std::span<const uint8_t> data, clock::time_point deadline = clock::time_point::max());
     // Reads exactly out.size() bytes before `deadline`. EOF is `peer_closed` (the
     // message names the byte count when some had arrived), a reset `unavailable`, the
     // deadline `timed_out`. *n_read (if given) is set to the bytes read, also on failure.
@@ -63,7 +65,7 @@ class tcp_listener {
 public:
     tcp_listener() = default;
     ~tcp_listener() { close(); }
-    tcp_listener(tcp_listener && o) noexcept : fd_(o.fd_), port_(o.port_) { o.fd_ = -1; }
+    tcp_listener(tcp_listener && o) noexcept : fd_(o.fd_.exchange(-1)), port_(o.port_) {}
     tcp_listener & operator=(tcp_listener && o) noexcept;
     tcp_listener(const tcp_listener &) = delete;
     tcp_listener & operator=(const tcp_listener &) = delete;
@@ -79,8 +81,9 @@ public:
     void close();
 
 private:
-    int      fd_ = -1;
-    uint16_t port_ = 0;
+    // Atomic: close() may run on another thread than a blocked accept().
+    std::atomic<int> fd_{-1};
+    uint16_t         port_ = 0;
 };
 
 // Waits until one of the sockets is readable (or closed) or the deadline passes.

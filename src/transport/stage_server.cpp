@@ -35,7 +35,8 @@ public:
     lane_worker(stage_server & server, int32_t lane, stage_link upstream)
         : server_(server), stage_(*server.stage_), lane_(lane), slot_(*server.lanes_[static_cast<size_t>(lane)]),
           session_(slot_.session), upstream_(std::move(upstream)), is_final_(stage_.is_last()), n_embd_(stage_.hparams().n_embd),
-          me_("stage " + std::to_string(server.stage_index_)), downstream_([this] { return dial_next(); }, server.options_.credit_window),
+          me_("stage " + std::to_string(server.stage_index_)), downstream_([this] { return dial_next(); }, server.options_.credit_window,
+                      std::max(1, server.topo_.n_stages() - 1 - server.stage_index_)),
           runner_(stage_) {}
 
     void run();
@@ -104,7 +105,7 @@ void stage_server::lane_worker::run() {
             if (!failure.is_ok()) break;
             continue;
         }
-        auto req = upstream_.read_request(upstream_.reply_deadline());
+        auto req = upstream_.read_request(upstream_.frame_deadline());
         if (!req.is_ok()) {
             // A close between frames ends the lane quietly (so does our own shutdown when
             // a step failed the lane); anything else (a truncated or malformed frame)
@@ -138,6 +139,11 @@ status stage_server::lane_worker::handle(protocol::request & req) {
     ack.kind = message_kind::ack;
     ack.request_id = req.request_id;
     switch (req.kind) {
+        case message_kind::heartbeat: {
+            // Answered here, never forwarded: it asks about this link only.
+            std::lock_guard<std::mutex> write_lock(slot_.write_mutex);
+            return upstream_.send_reply(ack);
+        }
         case message_kind::configure_generation:
             SKIPPY_TRY(handle_configure(req, ack));
             break;
@@ -529,17 +535,22 @@ void stage_server::batch_loop(stage_link & upstream) {
     while (!stopping_.load()) {
         const int fd = upstream.fd();
         if (wait_readable(std::span<const int>(&fd, 1), clock::now() + std::chrono::seconds(1)) < 0) continue;
-        auto step = upstream.read_step(upstream.reply_deadline());
+        uint64_t heartbeat_id = 0;
+        auto step = upstream.read_step_or_heartbeat(upstream.frame_deadline(), &heartbeat_id);
         if (!step.is_ok()) {
             if (!upstream.peer_closed()) failure = step.error();
             break;
         }
-        step_id = step->step_id;
-        failure = run_step(*step, clock::now());
-        if (!failure.is_ok()) break;
         protocol::reply ack;
         ack.kind = message_kind::ack;
-        ack.request_id = step_id;
+        if (step->has_value()) {
+            step_id = (*step)->step_id;
+            failure = run_step(**step, clock::now());
+            if (!failure.is_ok()) break;
+            ack.request_id = step_id;
+        } else {
+            ack.request_id = heartbeat_id;  // answered at once: this stage is alive
+        }
         failure = upstream.send_reply(ack);
         if (!failure.is_ok()) break;
     }

@@ -65,7 +65,7 @@ TEST(protocol_golden, StatsBlockWidthsSumToTheBlockSize) {
 TEST(protocol_golden, Hello) {
     const std::string hex =
         "534b5059"   // magic "SKPY"
-        "0600"       // protocol_version 6
+        "0700"       // protocol_version 7
         "0100"       // link_kind 1: forward
         "02000000"   // lane 2
         "01000000"   // sender_stage 1
@@ -97,7 +97,7 @@ TEST(protocol_golden, AuthChallenge) {
 TEST(protocol_golden, HelloReply) {
     const std::string hex =
         "534b5059"   // magic "SKPY"
-        "0600"       // protocol_version 6
+        "0700"       // protocol_version 7
         "0400"       // status 4: busy
         "0400"       // reason_len 4
         "62757379";  // "busy"
@@ -287,6 +287,11 @@ TEST(protocol_golden, PredictionReturnOpen) {
                           control_hex("8c000000", "0b00", "0000000000000000", "00000000", "03", "ffffffff", ""));
 }
 
+TEST(protocol_golden, Heartbeat) {
+    expect_request_golden(testing::sample_requests()[11],
+                          control_hex("8c000000", "0d00", "0000000000000000", "00000000", "03", "ffffffff", ""));
+}
+
 TEST(protocol_golden, Ack) {
     expect_reply_golden(testing::sample_replies()[0],
         "70000000"           // frame_bytes 112
@@ -467,6 +472,9 @@ TEST(protocol_golden, KindNumbersAreFixed) {
     EXPECT_FALSE(is_request_kind(message_kind::step));
     EXPECT_FALSE(is_reply_kind(message_kind::step));
     EXPECT_FALSE(is_reply_kind(static_cast<message_kind>(13)));
+    EXPECT_EQ(static_cast<uint16_t>(message_kind::heartbeat), 13);
+    EXPECT_TRUE(is_request_kind(message_kind::heartbeat));
+    EXPECT_FALSE(is_request_kind(static_cast<message_kind>(14)));
     EXPECT_EQ(static_cast<uint16_t>(link_kind::batch), 3);
     EXPECT_EQ(message_kind_name(message_kind::try_restore_prefill_decode), "try_restore_prefill_decode");
     EXPECT_EQ(message_kind_name(static_cast<message_kind>(99)), "unknown");

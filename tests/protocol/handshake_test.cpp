@@ -39,14 +39,14 @@ TEST(protocol_handshake, AKeyOnOneSideOnlyIsUnauthorized) {
 
 TEST(protocol_handshake, OtherVersionIsRefusedWithAHumanReason) {
     // Versions 1 (kind 9 without an activation), 2 (no steps), 3 (no grammar), 4 (no
-    // logprobs) and 5 (a cleartext token), and a future version alike.
-    for (uint16_t version : {uint16_t{1}, uint16_t{2}, uint16_t{3}, uint16_t{4}, uint16_t{5}, uint16_t{7}}) {
+    // logprobs), 5 (a cleartext token) and 6 (no heartbeats), and a future version alike.
+    for (uint16_t version : {uint16_t{1}, uint16_t{2}, uint16_t{3}, uint16_t{4}, uint16_t{5}, uint16_t{6}, uint16_t{8}}) {
         hello h = testing::sample_hello();
         h.version = version;
         const hello_reply r = decide_hello(h, link_auth::hmac_sha256);
         EXPECT_EQ(r.status, hello_status::version_mismatch);
         EXPECT_EQ(r.version, protocol_version);
-        EXPECT_EQ(r.reason, "peer speaks protocol version " + std::to_string(version) + ", this stage speaks 6");
+        EXPECT_EQ(r.reason, "peer speaks protocol version " + std::to_string(version) + ", this stage speaks 7");
         EXPECT_EQ(refuse_version(version), r);
         EXPECT_TRUE(validate_hello_reply(r, limits).is_ok());
         const status st = check_hello_reply(r);
@@ -71,9 +71,9 @@ TEST(protocol_handshake, ListenerReadsTheHelloInTwoSteps) {
 
 TEST(protocol_handshake, DialerReadsAReplyFromAnyVersion) {
     hello_reply future;
-    future.version = 7;
+    future.version = 8;
     future.status = hello_status::version_mismatch;
-    future.reason = "peer speaks protocol version 3, this stage speaks 7";
+    future.reason = "peer speaks protocol version 3, this stage speaks 8";
     const auto bytes = encode_hello_reply(future);
     auto n = peek_hello_reply_length(std::span(bytes).first(hello_reply_fixed_bytes), limits);
     ASSERT_TRUE(n.is_ok());

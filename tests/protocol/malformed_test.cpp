@@ -52,7 +52,7 @@ TEST(protocol_malformed, HelloFromAnotherVersionIsUnsupportedWithAClearReason) {
     h.version = 1;  // a stage from before kind 9 carried an activation
     const auto bytes = encode_hello(h);
     auto res = decode_hello(bytes);
-    expect_refused(res, "peer speaks protocol version 1, this stage speaks 6", error_code::unsupported);
+    expect_refused(res, "peer speaks protocol version 1, this stage speaks 7", error_code::unsupported);
     auto v = peek_hello_version(bytes);
     ASSERT_TRUE(v.is_ok());
     EXPECT_EQ(*v, 1);
@@ -177,7 +177,7 @@ TEST(protocol_malformed, FrameLengthNotMatchingTheSpanIsRefused) {
 }
 
 TEST(protocol_malformed, UnknownKindsAreRefused) {
-    for (uint16_t kind : {uint16_t{0}, uint16_t{13}, uint16_t{63}, uint16_t{68}, uint16_t{0xffff}}) {
+    for (uint16_t kind : {uint16_t{0}, uint16_t{14}, uint16_t{63}, uint16_t{68}, uint16_t{0xffff}}) {
         auto req = encode_request(testing::sample_trim_session());
         patch_u16(req, at_kind, kind);
         expect_refused(decode_request(req, limits), "kind");

@@ -18,7 +18,7 @@ public:
 
     request random_request() {
         request r;
-        r.kind = static_cast<message_kind>(1 + pick(11));
+        r.kind = pick(12) == 11 ? message_kind::heartbeat : static_cast<message_kind>(1 + pick(11));
         r.request_id = rng_();
         r.session_id = rng_();
         r.stats = random_stats();
@@ -32,7 +32,8 @@ public:
             case message_kind::decode: n_tokens = 1; break;
             case message_kind::stop:
             case message_kind::trim_session:
-            case message_kind::prediction_return_open: n_tokens = 0; break;
+            case message_kind::prediction_return_open:
+            case message_kind::heartbeat: n_tokens = 0; break;
             case message_kind::configure_generation: n_tokens = static_cast<uint32_t>(pick(20)); break;
             default: n_tokens = 1 + static_cast<uint32_t>(pick(20)); break;
         }

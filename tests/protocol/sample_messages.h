@@ -161,6 +161,7 @@ inline std::vector<request> sample_requests() {
         sample_try_restore_prefill_decode(),
         sample_trim_session(),
         sample_control(message_kind::prediction_return_open, {}),
+        sample_control(message_kind::heartbeat, {}),
     };
 }
 

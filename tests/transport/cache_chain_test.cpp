@@ -439,7 +439,7 @@ public:
             r.tokens.assign(prompt.begin() + from, prompt.end() - 1);
             r.activation = frame(std::vector<float>(hidden.begin() + from * n_embd, hidden.end()));
             EXPECT_TRUE(forward_.send_request(r).is_ok());
-            auto ack = forward_.read_reply(forward_.reply_deadline());
+            auto ack = forward_.read_reply(transport::clock::now() + std::chrono::seconds(30));
             EXPECT_TRUE(ack.is_ok() && ack->kind == protocol::message_kind::ack) << "prefill not acked";
         }
         std::vector<token_id> out;
@@ -455,9 +455,9 @@ public:
             r.tokens = {current};
             r.activation = frame(row);
             EXPECT_TRUE(forward_.send_request(r).is_ok());
-            auto ack = forward_.read_reply(forward_.reply_deadline());
+            auto ack = forward_.read_reply(transport::clock::now() + std::chrono::seconds(30));
             EXPECT_TRUE(ack.is_ok() && ack->kind == protocol::message_kind::ack) << "decode not acked";
-            auto tok = returns_.read_reply(returns_.reply_deadline());
+            auto tok = returns_.read_reply(transport::clock::now() + std::chrono::seconds(30));
             EXPECT_TRUE(tok.is_ok() && tok->kind == protocol::message_kind::predicted_token) << "no token returned";
             if (!tok.is_ok() || tok->kind != protocol::message_kind::predicted_token) break;
             current = tok->token;
@@ -491,7 +491,7 @@ private:
     }
     protocol::reply roundtrip(const protocol::request & r) {
         EXPECT_TRUE(forward_.send_request(r).is_ok());
-        auto reply = forward_.read_reply(forward_.reply_deadline());
+        auto reply = forward_.read_reply(transport::clock::now() + std::chrono::seconds(30));
         EXPECT_TRUE(reply.is_ok()) << reply.error().to_string();
         if (!reply.is_ok()) return {};
         EXPECT_EQ(reply->request_id, r.request_id);
@@ -503,7 +503,7 @@ private:
         auto h = transport::answer_hello(*s, {}, [](const protocol::hello &) { return status::ok(); });
         ASSERT_TRUE(h.is_ok()) << h.error().to_string();
         transport::stage_link link(std::move(s).value(), {}, "final stage (return)");
-        auto open = link.read_request(link.reply_deadline());
+        auto open = link.read_request(transport::clock::now() + std::chrono::seconds(30));
         ASSERT_TRUE(open.is_ok() && open->kind == protocol::message_kind::prediction_return_open);
         returns_ = std::move(link);
     }

@@ -5,10 +5,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <csignal>
 #include <condition_variable>
 #include <mutex>
 #include <fstream>
 #include <thread>
+
+#include "transport/liveness.h"
 
 namespace skippy::testing {
 namespace {
@@ -49,9 +52,10 @@ protected:
         return path;
     }
 
-    std::unique_ptr<background_process> start_stage(const std::string & topo, int index, std::vector<std::string> extra = {}) {
+    std::unique_ptr<background_process> start_stage(const std::string & topo, int index, std::vector<std::string> extra = {},
+                                                    int lanes = 2) {
         std::vector<std::string> argv = {skippy_binary_path(), "serve-stage", "--topology", topo, "--stage", std::to_string(index),
-                                         "-t", "1", "--lanes", "2"};
+                                         "-t", "1", "--lanes", std::to_string(lanes)};
         argv.insert(argv.end(), extra.begin(), extra.end());
         auto p = std::make_unique<background_process>(argv, dir_ + "/stage" + std::to_string(index) + "-" + std::to_string(++n_logs_) + ".log");
         EXPECT_TRUE(wait_for_log(*p, "listening on", 20000)) << p->log();
@@ -273,6 +277,161 @@ TEST_F(chain_process, StageProcessesStopCleanlyOnSigterm) {
     s1->kill_now(15);
     EXPECT_EQ(s1->wait(5000), 0) << s1->log();
 }
+
+// Runs `prompt` greedily on lanes 0..n-1 at once; the tokens of each, or empty on a failure.
+std::vector<std::vector<token_id>> concurrent_greedy(transport::chain_pipeline & chain, const std::vector<token_id> & prompt, int n,
+                                                     int32_t n_tokens, std::vector<std::string> * errors) {
+    std::vector<std::vector<token_id>> out(static_cast<size_t>(n));
+    std::vector<std::string> why(static_cast<size_t>(n));
+    std::vector<std::thread> threads;
+    for (int lane = 0; lane < n; ++lane) {
+        threads.emplace_back([&, lane] {
+            generation_request req;
+            req.prompt = prompt;
+            req.max_tokens = n_tokens;
+            req.sampling.temperature = 0;
+            auto res = run_generation(chain, lane, req);
+            if (res.is_ok()) {
+                out[static_cast<size_t>(lane)] = res->tokens;
+            } else {
+                why[static_cast<size_t>(lane)] = "lane " + std::to_string(lane) + ": " + res.error().to_string();
+            }
+        });
+    }
+    for (auto & t : threads) t.join();
+    for (auto & w : why) {
+        if (!w.empty() && errors) errors->push_back(w);
+    }
+    return out;
+}
+
+// Stage links with a short step deadline on every process of the chain.
+const std::vector<std::string> k_fast_deadline_flags = {"--stage-step-timeout-ms", "1000", "--stage-step-ms-per-token", "20"};
+
+transport::chain_options fast_deadline_options() {
+    transport::chain_options co;
+    co.link.liveness.step_base = std::chrono::milliseconds(1000);
+    co.link.liveness.step_per_token = std::chrono::milliseconds(20);
+    return co;
+}
+
+TEST_F(chain_process, AFrozenStageFailsTheStreamWithinTheDeadlineAndTheChainRecoversAfterSigcont) {
+    const std::string topo_path = write_topology("sigstop");
+    auto s1 = start_stage(topo_path, 1, k_fast_deadline_flags, 8);
+    auto s2 = start_stage(topo_path, 2, k_fast_deadline_flags, 8);
+    transport::chain_options co = fast_deadline_options();
+    co.link.wire_delay_ms = 5;  // keeps generation going long enough to freeze a stage in the middle
+    auto chain = local_stage0(topo_path, 8, co);
+    ASSERT_NE(chain, nullptr);
+    const std::vector<token_id> prompt = {1, 40, 41, 42, 43, 44};
+    const auto reference = greedy_tokens(*chain, prompt, 8);
+    ASSERT_EQ(reference.size(), 8u);
+
+    generation_request req;
+    req.prompt = prompt;
+    req.max_tokens = 1000;
+    req.sampling.temperature = 0;
+    std::mutex m;
+    std::condition_variable cv;
+    int produced = 0;
+    bool finished = false;
+    req.on_token = [&](token_id) {
+        {
+            std::lock_guard<std::mutex> lock(m);
+            ++produced;
+        }
+        cv.notify_all();
+        return true;
+    };
+    std::chrono::steady_clock::time_point stopped_at;
+    bool stopped = false;
+    std::thread freezer([&] {
+        std::unique_lock<std::mutex> lock(m);
+        if (!cv.wait_for(lock, 60s, [&] { return produced >= 5 || finished; }) || finished) return;
+        stopped_at = std::chrono::steady_clock::now();
+        stopped = true;
+        s2->kill_now(SIGSTOP);
+    });
+    auto res = run_generation(*chain, 0, req);
+    const auto failed_at = std::chrono::steady_clock::now();
+    {
+        std::lock_guard<std::mutex> lock(m);
+        finished = true;
+    }
+    cv.notify_all();
+    freezer.join();
+    ASSERT_TRUE(stopped) << "generation ended before the stage could be frozen";
+    s2->kill_now(SIGCONT);
+    ASSERT_FALSE(res.is_ok()) << "generation went on through a frozen stage";
+    EXPECT_EQ(res.error().code(), error_code::timed_out) << res.error().to_string();
+    // The deadline of the steps in flight: each one hop, a handful of tokens. The bound
+    // checked is the (10 s), far above it, so a loaded machine does not flake.
+    EXPECT_LT(failed_at - stopped_at, 10s) << res.error().to_string();
+
+    // After SIGCONT the frozen stage's old links are gone; the next requests get fresh ones.
+    std::vector<std::string> errors;
+    const auto outs = concurrent_greedy(*chain, prompt, 8, 8, &errors);
+    EXPECT_TRUE(errors.empty()) << ::testing::PrintToString(errors);
+    for (const auto & o : outs) EXPECT_EQ(o, reference);
+}
+
+
+TEST_F(chain_process, HeartbeatsFindAnIdleBatchLinkToAFrozenStageBeforeARequestUsesIt) {
+    const std::string topo_path = write_topology("heartbeat");
+    const std::vector<std::string> flags = {"--stage-step-timeout-ms", "1000", "--stage-heartbeat-ms", "100"};
+    auto s1 = start_stage(topo_path, 1, flags);
+    auto s2 = start_stage(topo_path, 2, flags);
+    transport::chain_options co = fast_deadline_options();
+    co.link.liveness.heartbeat_interval = std::chrono::milliseconds(100);
+    auto chain = local_stage0(topo_path, 2, co);
+    ASSERT_NE(chain, nullptr);
+    const std::vector<token_id> prompt = {1, 60, 61, 62};
+    const auto reference = greedy_tokens(*chain, prompt, 6);  // dials the batch link
+    ASSERT_EQ(reference.size(), 6u);
+    // Idle and alive: heartbeats go out and are answered.
+    const auto give_up = std::chrono::steady_clock::now() + 30s;
+    while (chain->n_heartbeats_sent() < 3 && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(20ms);
+    ASSERT_GE(chain->n_heartbeats_sent(), 3);
+    EXPECT_EQ(chain->n_heartbeat_failures(), 0) << "a live stage answers its heartbeats";
+
+    s1->kill_now(SIGSTOP);
+    while (chain->n_heartbeat_failures() < 1 && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(20ms);
+    EXPECT_EQ(chain->n_heartbeat_failures(), 1) << "no request was sent: only a heartbeat can have found the frozen stage";
+    s1->kill_now(SIGCONT);
+    EXPECT_EQ(greedy_tokens(*chain, prompt, 6), reference) << "the link is re-dialed after SIGCONT";
+}
+
+class chain_restart : public chain_process, public ::testing::WithParamInterface<int> {};
+
+TEST_P(chain_restart, IdleLanesToARestartedStageAreRedialedAndTheNextEightRequestsSucceed) {
+    const int restarted = GetParam();
+    const std::string topo_path = write_topology("restart" + std::to_string(restarted));
+    std::unique_ptr<background_process> stages[3];
+    stages[1] = start_stage(topo_path, 1, {}, 8);
+    stages[2] = start_stage(topo_path, 2, {}, 8);
+    auto chain = local_stage0(topo_path, 8);
+    ASSERT_NE(chain, nullptr);
+    const std::vector<token_id> prompt = {1, 50, 51, 52, 53};
+    const auto reference = greedy_tokens(*chain, prompt, 6);
+    ASSERT_EQ(reference.size(), 6u);
+    std::vector<std::string> errors;
+    for (const auto & o : concurrent_greedy(*chain, prompt, 8, 6, &errors)) EXPECT_EQ(o, reference);
+    ASSERT_TRUE(errors.empty()) << ::testing::PrintToString(errors);
+    const int64_t redials_before = chain->n_stale_redials();
+
+    // Every lane is connected and idle now. Kill the stage and restart it on its port.
+    stages[restarted]->kill_now(9);
+    EXPECT_EQ(stages[restarted]->wait(20000), 128 + 9);
+    stages[restarted] = start_stage(topo_path, restarted, {}, 8);
+    const auto outs = concurrent_greedy(*chain, prompt, 8, 6, &errors);
+    EXPECT_TRUE(errors.empty()) << "no request may fail on a stale lane: " << ::testing::PrintToString(errors);
+    for (const auto & o : outs) EXPECT_EQ(o, reference);
+    // Each lane found its links closed while idle (or failed while being configured
+    // and was retried): none took a request on a dead link.
+    EXPECT_EQ(chain->n_stale_redials() - redials_before + chain->n_retries(), 8);
+}
+
+INSTANTIATE_TEST_SUITE_P(stages, chain_restart, ::testing::Values(1, 2));
 
 }  // namespace
 }  // namespace skippy::testing

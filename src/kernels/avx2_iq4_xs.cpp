@@ -41,6 +41,30 @@ struct iq4_xs_format {
         q[1] = lookup16(k_iq4nl_values, _mm256_permute2x128_si256(lo, hi, 0x31));
     }
     static __m256i scale_vec(const scales & s, int v) { return scales_of_32(s.units, v); }
+    // Decode (rows8): vector 2g holds the low nibbles of sub-blocks 2g and 2g + 1 (one
+    // per 128-bit lane), vector 2g + 1 their high nibbles, so a row needs no cross-lane
+    // shuffle and one multiplier per group; the activation is rearranged to match once
+    // per block.
+    static void x_lanes(const uint8_t * xb, __m256i * xl) {
+        #pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) {
+            const __m256i a = loadu_256(xb + q8_k_off_qs + 64 * g);
+            const __m256i b = loadu_256(xb + q8_k_off_qs + 64 * g + 32);
+            xl[2 * g] = _mm256_permute2x128_si256(a, b, 0x20);
+            xl[2 * g + 1] = _mm256_permute2x128_si256(a, b, 0x31);
+        }
+    }
+    static void group_lanes(const uint8_t * wb, int g, __m256i * q) {
+        const __m256i qs = loadu_256(wb + iq4_xs_off_qs + 32 * g);
+        const __m256i low4 = _mm256_set1_epi8(0x0f);
+        q[0] = lookup16(k_iq4nl_values, _mm256_and_si256(qs, low4));
+        q[1] = lookup16(k_iq4nl_values, _mm256_and_si256(_mm256_srli_epi16(qs, 4), low4));
+    }
+    // Units 2g (low lane) and 2g + 1 (high lane) of s.units, for both vectors of group g.
+    static __m256i scale_lanes(const scales & s, int v) {
+        const int j = v & ~1;
+        return _mm256_permutevar8x32_epi32(s.units, _mm256_setr_epi32(j, j, j, j, j + 1, j + 1, j + 1, j + 1));
+    }
     static __m256i bias(const scales &) { return _mm256_setzero_si256(); }
     static __m256i mins(const scales &) { return _mm256_setzero_si256(); }
 };

@@ -25,6 +25,10 @@
 //   __m256i x_bias(xb), x_bias_scales(s)   bias term = madd(x_bias(xb), x_bias_scales(s))
 //   __m256i x_mins(s)           the mins in scales16_even_odd's order, for madd with
 //                               bsums_even_odd(xb)
+//   void x_lanes(xb, xl[8])     the activation's 8 vectors rearranged once per block
+//   void group_lanes(wb, g, q)  the values in that arrangement (saving the format's
+//                               own cross-lane shuffles in every row)
+//   __m256i scale_lanes(s, v)   the multipliers of vector v in that arrangement
 // maddubs forms the pair sums, madd applies the sub-block scales while widening to
 // int32; all integer sums are exact, so their order is free. The float step runs one
 // output per lane (avx2_util.h), so results equal the reference's bit for bit.
@@ -135,6 +139,38 @@ struct superblock_kernel {
         return acc;
     }
 
+    // isum with the activation in the format's lane order (x_lanes, formed once per
+    // block for the eight rows of rows8): the same products, summed in another order.
+    static constexpr bool has_x_lanes = requires(const uint8_t * p, __m256i * v, const scales & sc) {
+        W::x_lanes(p, v);
+        W::group_lanes(p, 0, v);
+        W::scale_lanes(sc, 0);
+    };
+    static __m256i isum_lanes(const uint8_t * wb, const uint8_t * xb, const __m256i * xl, const scales & s,
+                              const __m256i * xbias) {
+        __m256i acc = _mm256_setzero_si256();
+        if constexpr (W::has_bias) acc = bias_sum(xb, xbias, s);
+        #pragma GCC unroll 8
+        for (int g = 0; g < W::n_groups; ++g) {
+            __m256i q[W::per_group];
+            W::group_lanes(wb, g, q);
+            #pragma GCC unroll 8
+            for (int k = 0; k < W::per_group; ++k) {
+                const int v = g * W::per_group + k;
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pair_sums<W>(q[k], xl[v]), W::scale_lanes(s, v)));
+            }
+        }
+        return acc;
+    }
+    static __m256i isum_row(const uint8_t * wb, const uint8_t * xb, const __m256i * xl, const scales & s,
+                            const __m256i * xbias) {
+        if constexpr (has_x_lanes) {
+            return isum_lanes(wb, xb, xl, s, xbias);
+        } else {
+            return isum(wb, xb, s, xbias);
+        }
+    }
+
     // imin for one row; with bsums_eo (rows8: bsums_even_odd of the block, formed once)
     // a format that provides x_mins(s), its mins in that order, uses those.
     static constexpr bool has_x_mins = requires(const scales & sc) { W::x_mins(sc); };
@@ -232,6 +268,8 @@ struct superblock_kernel {
             __m256i bsums_eo_v = _mm256_setzero_si256();
             if constexpr (has_x_mins) bsums_eo_v = bsums_even_odd(xb);
             const __m256i * bsums_eo = has_x_mins ? &bsums_eo_v : nullptr;
+            __m256i xl[W::n_groups * W::per_group];
+            if constexpr (has_x_lanes) W::x_lanes(xb, xl);
             #pragma GCC unroll 4
             for (int i = 0; i < 8; i += 2) {
                 const uint8_t * wb0 = w[i] + b * wbb;
@@ -242,7 +280,7 @@ struct superblock_kernel {
                 wm[i + 1] = W::has_min ? wb1 + W::off_dmin : wd[i + 1];
                 const scales s0 = W::load_scales(wb0);
                 const scales s1 = W::load_scales(wb1);
-                is_pairs[i / 2] = _mm256_hadd_epi32(isum(wb0, xb, s0, xbias), isum(wb1, xb, s1, xbias));
+                is_pairs[i / 2] = _mm256_hadd_epi32(isum_row(wb0, xb, xl, s0, xbias), isum_row(wb1, xb, xl, s1, xbias));
                 if constexpr (W::has_min) im_pairs[i / 2] = _mm256_hadd_epi32(imin(xb, s0, bsums_eo), imin(xb, s1, bsums_eo));
             }
             __m256 dw, dminw;

@@ -22,7 +22,6 @@ namespace fs = std::filesystem;
 constexpr char k_manifest_magic[8] = {'S', 'K', 'P', 'Y', 'D', 'E', 'N', 'T'};
 constexpr size_t k_manifest_head_bytes = 56;
 constexpr size_t k_manifest_page_bytes = 56;
-constexpr int64_t k_max_tokens = int64_t{1} << 24;
 constexpr size_t k_max_quarantined = 8;  // newest kept for inspection, older deleted
 constexpr const char * k_page_ext = ".page";
 constexpr const char * k_entry_ext = ".entry";
@@ -172,7 +171,7 @@ result<disk_manifest> decode_disk_manifest(std::span<const uint8_t> bytes) {
     if (!r.ok()) return bad("truncated header");
     if (version != disk_manifest_version) return make_error(error_code::unsupported, "disk manifest: version " + std::to_string(version));
     if (reserved != 0) return bad("reserved bytes set");
-    if (n_tokens < 1 || n_tokens > k_max_tokens) return bad("token count out of bounds");
+    if (n_tokens < 1 || n_tokens > page_record_max_tokens) return bad("token count out of bounds");
     if (n_pages < 1 || n_pages > static_cast<uint64_t>(n_tokens)) return bad("page count out of bounds");
     if (static_cast<int64_t>(bytes.size()) != manifest_size(static_cast<size_t>(n_tokens), n_pages)) return bad("length mismatch");
     const size_t body = bytes.size() - 32;
@@ -303,8 +302,8 @@ status disk_tier::recover() {
     for (const auto & [when, path] : manifests) {
         const std::string name = path.filename().string();
         digest256 key;
-        auto bytes = read_small_file(path.string(), manifest_size(static_cast<size_t>(k_max_tokens),
-                                                                static_cast<size_t>(k_max_tokens / config_.page_tokens + 1)));
+        auto bytes = read_small_file(path.string(), manifest_size(static_cast<size_t>(page_record_max_tokens),
+                                                                static_cast<size_t>(page_record_max_tokens / config_.page_tokens + 1)));
         if (!parse_hex_key(name, k_entry_ext, key) || !bytes.is_ok()) {
             quarantine_locked(path.string(), name, file_size_or(path, 0));
             continue;

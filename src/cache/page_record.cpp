@@ -8,7 +8,6 @@ namespace skippy::cache {
 namespace {
 
 constexpr char k_magic[8] = {'S', 'K', 'P', 'Y', 'P', 'R', 'E', 'C'};
-constexpr int64_t k_max_tokens = int64_t{1} << 24;
 
 }  // namespace
 
@@ -63,7 +62,7 @@ result<page_record_header> decode_page_record_header(std::span<const uint8_t> by
     if (reserved16 != 0 || reserved32 != 0) return bad("reserved bytes set");
     std::memcpy(h.ns.bytes.data(), ns.data(), 32);
     std::memcpy(h.key.bytes.data(), key.data(), 32);
-    if (h.token_start < 0 || h.token_count <= 0 || h.token_start > k_max_tokens || h.token_count > k_max_tokens - h.token_start) {
+    if (h.token_start < 0 || h.token_count <= 0 || h.token_start > page_record_max_tokens || h.token_count > page_record_max_tokens - h.token_start) {
         return bad("token range out of bounds");
     }
     if (h.payload_bytes == 0 || h.payload_bytes > page_record_max_payload_bytes) return bad("payload length out of bounds");

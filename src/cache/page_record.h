@@ -35,6 +35,8 @@ inline constexpr size_t   page_record_overhead_bytes = page_record_header_bytes 
 // Largest payload accepted when reading (a KV page of 2^24 tokens of a big stage is
 // far below): a length field beyond it is invalid_data, never an allocation.
 inline constexpr uint64_t page_record_max_payload_bytes = uint64_t{1} << 34;
+// Largest token position or count a record or a disk manifest may name.
+inline constexpr int64_t page_record_max_tokens = int64_t{1} << 24;
 
 struct page_record_header {
     digest256 ns;

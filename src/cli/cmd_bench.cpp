@@ -122,12 +122,6 @@ double aggregate_decode_tps(const std::vector<stream_run> & runs) {
     return static_cast<double>(n) / seconds_between(from, to);
 }
 
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 int64_t peak_rss_bytes() {
     std::ifstream status("/proc/self/status");
     std::string key;

@@ -51,12 +51,6 @@ double ms_since(clock_type::time_point t0) {
     return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
 }
 
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // Deterministic token ids away from the special ones.
 std::vector<token_id> random_tokens(int32_t n, uint32_t seed, int32_t n_vocab) {
     std::vector<token_id> out(static_cast<size_t>(n));

@@ -5,6 +5,7 @@
 #include "protocol/protocol.h"
 #include "runtime/stage.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -73,6 +74,12 @@ CLI::Validator real_in(double lo, double hi, bool single_precision) {
 }
 
 int32_t resolve_threads(int32_t flag) { return flag > 0 ? flag : physical_core_count(); }
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 void add_runtime_flags(CLI::App * cmd, runtime_flags & f, int32_t default_lanes) {
     f.lanes = default_lanes;

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace skippy::cli {
 
@@ -50,6 +51,9 @@ CLI::Option * add_number(CLI::App * cmd, const std::string & name, T & value, co
 
 // Threads to use: the flag when > 0, else the physical core count.
 int32_t resolve_threads(int32_t flag);
+
+// The median of v (the mean of the middle two for an even count); 0 for none.
+double median(std::vector<double> v);
 
 // Flags given to every process that runs a stage (DESIGN: run-time flags go on each
 // process's command line).

@@ -11,7 +11,7 @@ namespace {
 
 // A piece of the word being merged: [offset, offset + n_bytes), in a doubly linked list
 // over the initial characters. n_bytes == 0 marks a piece merged into its left neighbour.
-struct symbol {
+struct bpe_symbol {
     int      prev;
     int      next;
     size_t   offset;
@@ -19,7 +19,7 @@ struct symbol {
     token_id id;  // the piece's token, or -1 (then it takes part in no merge)
 };
 
-struct bigram {
+struct bpe_bigram {
     int      left;
     int      right;
     int32_t  rank;
@@ -40,8 +40,8 @@ uint64_t merge_hash(uint64_t key) {
 
 // std::priority_queue keeps the "largest" on top: the lowest rank, and for equal ranks
 // the leftmost pair.
-struct bigram_order {
-    bool operator()(const bigram & a, const bigram & b) const {
+struct bpe_bigram_order {
+    bool operator()(const bpe_bigram & a, const bpe_bigram & b) const {
         return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
     }
 };
@@ -100,8 +100,8 @@ void bpe_tokenizer::encode_text(std::string_view text, bool /*after_special*/, s
     pre_->split(text, words);
 
     std::string         word;
-    std::vector<symbol> symbols;
-    std::priority_queue<bigram, std::vector<bigram>, bigram_order> queue;
+    std::vector<bpe_symbol> symbols;
+    std::priority_queue<bpe_bigram, std::vector<bpe_bigram>, bpe_bigram_order> queue;
     for (std::string_view raw_word : words) {
         word.clear();
         for (char c : raw_word) word.append(gpt2_byte_to_utf8(static_cast<uint8_t>(c)));
@@ -126,8 +126,8 @@ void bpe_tokenizer::encode_text(std::string_view text, bool /*after_special*/, s
         // checks), so a piece without a token takes part in none, as by text.
         const auto try_add_bigram = [&](int left, int right) {
             if (left < 0 || right < 0) return;
-            const symbol & l = symbols[left];
-            const symbol & r = symbols[right];
+            const bpe_symbol & l = symbols[left];
+            const bpe_symbol & r = symbols[right];
             if (l.id < 0 || r.id < 0) return;
             const ranked_merge m = find_merge(l.id, r.id);
             if (m.rank < 0) return;
@@ -136,10 +136,10 @@ void bpe_tokenizer::encode_text(std::string_view text, bool /*after_special*/, s
         for (int i = 1; i < static_cast<int>(symbols.size()); ++i) try_add_bigram(i - 1, i);
 
         while (!queue.empty()) {
-            const bigram top = queue.top();
+            const bpe_bigram top = queue.top();
             queue.pop();
-            symbol & left = symbols[top.left];
-            symbol & right = symbols[top.right];
+            bpe_symbol & left = symbols[top.left];
+            bpe_symbol & right = symbols[top.right];
             // Stale entry: one side was merged away or grew since this pair was queued.
             // (A left symbol only grows by absorbing `right`, so equal lengths mean the
             // pair still spells the same two pieces.)

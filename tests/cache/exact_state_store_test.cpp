@@ -1,5 +1,6 @@
 // Exact-state store: pages over the blob store, limits, LRU, last entry, quarantine.
 #include "cache/exact_state_store.h"
+#include "tier_fakes.h"
 
 #include <gtest/gtest.h>
 
@@ -14,11 +15,7 @@ using toks = std::vector<token_id>;
 #define EXPECT_INVARIANTS(x) \
     do { status st_ = (x).check_invariants(); ASSERT_TRUE(st_.is_ok()) << st_.to_string(); } while (0)
 
-digest256 ns_of(uint8_t b) {
-    digest256 d;
-    d.bytes.fill(b);
-    return d;
-}
+using testing::ns_of;
 
 // Pages of 2 tokens; page bytes are 8 bytes per token derived from the prefix so that
 // shared prefixes give identical pages.

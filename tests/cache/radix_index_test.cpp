@@ -3,6 +3,7 @@
 // against a flat reference (matches and eviction order) with the invariants after
 // every step.
 #include "cache/radix_index.h"
+#include "tier_fakes.h"
 
 #include <gtest/gtest.h>
 
@@ -18,11 +19,7 @@ using toks = std::vector<token_id>;
 constexpr entry_kind R = entry_kind::resident;
 constexpr entry_kind E = entry_kind::exact_state;
 
-digest256 ns_of(uint8_t b) {
-    digest256 d;
-    d.bytes.fill(b);
-    return d;
-}
+using testing::ns_of;
 
 #define EXPECT_INVARIANTS(index) \
     do { status st_ = (index).check_invariants(); ASSERT_TRUE(st_.is_ok()) << st_.to_string(); } while (0)

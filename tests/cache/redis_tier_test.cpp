@@ -137,7 +137,7 @@ private:
     std::thread       thread_;
 };
 
-cache_namespace make_ns() { return testing::test_namespace("model-R", 2, 4, 6); }
+cache_namespace redis_ns() { return testing::test_namespace("model-R", 2, 4, 6); }
 
 // One "process": a pool and a cache with only the Redis tier behind the memory tiers.
 // Its timeout defaults to one a loaded ASan run meets (a publish that times out leaves
@@ -219,7 +219,7 @@ protected:
         return redis_tier::page_key_name(ns_.hash, prefix_hash(ns_, prefix(tokens, end)));
     }
 
-    cache_namespace                                     ns_ = make_ns();
+    cache_namespace                                     ns_ = redis_ns();
     std::string                                         dir_;
     int                                                 port_ = 0;
     std::unique_ptr<skippy::testing::background_process> server_;

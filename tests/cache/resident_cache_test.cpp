@@ -2,6 +2,7 @@
 // restores share them, admission evicts cheapest first then least recently used,
 // never an entry in use.
 #include "cache/resident_cache.h"
+#include "tier_fakes.h"
 
 #include "fakes.h"
 
@@ -14,11 +15,7 @@ using testing::expected_kv;
 using testing::fake_kv_backend;
 using toks = std::vector<token_id>;
 
-digest256 ns_of(uint8_t b) {
-    digest256 d;
-    d.bytes.fill(b);
-    return d;
-}
+using testing::ns_of;
 
 toks run(int32_t first, int n) {
     toks t;
@@ -26,7 +23,7 @@ toks run(int32_t first, int n) {
     return t;
 }
 
-struct resident_tier : ::testing::Test {
+struct resident_tier_fixture : ::testing::Test {
     fake_kv_backend backend{5, 4, 2};
     radix_index     index;
     resident_cache  cache{index, backend, resident_config{8}};
@@ -54,7 +51,7 @@ struct resident_tier : ::testing::Test {
     }
 };
 
-TEST_F(resident_tier, RecordHoldsTheSessionsBlocks) {
+TEST_F(resident_tier_fixture, RecordHoldsTheSessionsBlocks) {
     // session 0: [b0: t0 t1 t2 t3][b1: t4 t5 . .]
     toks t = run(10, 6);
     ASSERT_TRUE(backend.compute(0, 0, t).is_ok());
@@ -69,7 +66,7 @@ TEST_F(resident_tier, RecordHoldsTheSessionsBlocks) {
     check();
 }
 
-TEST_F(resident_tier, RestoreSharesTheBlocksWithoutCopying) {
+TEST_F(resident_tier_fixture, RestoreSharesTheBlocksWithoutCopying) {
     toks t = run(10, 6);
     entry_id e = cached(t);
     const int64_t free_before = backend.n_free_blocks();
@@ -83,7 +80,7 @@ TEST_F(resident_tier, RestoreSharesTheBlocksWithoutCopying) {
     check();
 }
 
-TEST_F(resident_tier, AWriteAfterRecordCopiesTheSharedBlock) {
+TEST_F(resident_tier_fixture, AWriteAfterRecordCopiesTheSharedBlock) {
     toks t = run(10, 6);
     ASSERT_TRUE(backend.compute(0, 0, t).is_ok());
     auto r = cache.record(ns_of(1), t, 0, hook);
@@ -96,7 +93,7 @@ TEST_F(resident_tier, AWriteAfterRecordCopiesTheSharedBlock) {
     check();
 }
 
-TEST_F(resident_tier, ARecordAlreadyServedIsCovered) {
+TEST_F(resident_tier_fixture, ARecordAlreadyServedIsCovered) {
     toks t = run(10, 6);
     cached(t);
     ASSERT_TRUE(backend.compute(0, 0, t).is_ok());
@@ -107,7 +104,7 @@ TEST_F(resident_tier, ARecordAlreadyServedIsCovered) {
     check();
 }
 
-TEST_F(resident_tier, ALongerRecordReplacesTheShorterEntryOnItsPath) {
+TEST_F(resident_tier_fixture, ALongerRecordReplacesTheShorterEntryOnItsPath) {
     toks t = run(10, 8);
     entry_id short_e = cached(toks(t.begin(), t.begin() + 4));
     ASSERT_TRUE(backend.compute(0, 0, t).is_ok());
@@ -121,7 +118,7 @@ TEST_F(resident_tier, ALongerRecordReplacesTheShorterEntryOnItsPath) {
     check();
 }
 
-TEST_F(resident_tier, MakeRoomEvictsCheapestFirstThenLeastRecentlyUsed) {
+TEST_F(resident_tier_fixture, MakeRoomEvictsCheapestFirstThenLeastRecentlyUsed) {
     //   E1 = 4 tokens [b0]   E2 = 8 tokens [b1 b2]   E3 = 4 tokens [b3]   free: b4
     entry_id e1 = cached(run(100, 4));
     entry_id e2 = cached(run(200, 8));
@@ -137,7 +134,7 @@ TEST_F(resident_tier, MakeRoomEvictsCheapestFirstThenLeastRecentlyUsed) {
     check();
 }
 
-TEST_F(resident_tier, MakeRoomNeverEvictsAnEntryInUse) {
+TEST_F(resident_tier_fixture, MakeRoomNeverEvictsAnEntryInUse) {
     entry_id e1 = cached(run(100, 4));
     entry_id e2 = cached(run(200, 8));
     ASSERT_TRUE(index.acquire(e1).is_ok());
@@ -151,14 +148,14 @@ TEST_F(resident_tier, MakeRoomNeverEvictsAnEntryInUse) {
     check();
 }
 
-TEST_F(resident_tier, MakeRoomEvictsNothingWhenThereIsRoom) {
+TEST_F(resident_tier_fixture, MakeRoomEvictsNothingWhenThereIsRoom) {
     cached(run(100, 4));
     make_room_result m = cache.make_room(2, hook);
     EXPECT_TRUE(m.enough);
     EXPECT_EQ(m.n_evicted, 0);
 }
 
-TEST_F(resident_tier, EntryCapEvictsTheFirstVictim) {
+TEST_F(resident_tier_fixture, EntryCapEvictsTheFirstVictim) {
     resident_cache capped(index, backend, resident_config{2});
     auto rec = [&](const toks & t) {
         EXPECT_TRUE(backend.compute(0, 0, t).is_ok());
@@ -185,7 +182,7 @@ TEST_F(resident_tier, EntryCapEvictsTheFirstVictim) {
     EXPECT_TRUE(st.is_ok()) << st.to_string();
 }
 
-TEST_F(resident_tier, ZeroMaxEntriesTurnsTheTierOff) {
+TEST_F(resident_tier_fixture, ZeroMaxEntriesTurnsTheTierOff) {
     resident_cache off(index, backend, resident_config{0});
     ASSERT_TRUE(backend.compute(0, 0, run(1, 4)).is_ok());
     auto r = off.record(ns_of(1), run(1, 4), 0, hook);

@@ -23,9 +23,9 @@ using testing::fake_kv_backend;
 using testing::recording_sink;
 using toks = std::vector<token_id>;
 
-cache_namespace make_ns() { return testing::test_namespace("model-D", 1); }
+cache_namespace disk_ns() { return testing::test_namespace("model-D", 1); }
 
-toks run(int32_t first, int n) { return testing::run_of(first, n); }
+using testing::run_of;
 toks prefix(const toks & t, size_t n) { return toks(t.begin(), t.begin() + static_cast<ptrdiff_t>(n)); }
 
 struct disk_cache_fixture : ::testing::Test {
@@ -33,7 +33,7 @@ struct disk_cache_fixture : ::testing::Test {
     std::shared_ptr<recording_sink>  sink = std::make_shared<recording_sink>();
     std::unique_ptr<fake_kv_backend> backend;
     std::unique_ptr<stage_cache>     cache;
-    cache_namespace                  ns = make_ns();
+    cache_namespace                  ns = disk_ns();
 
     void TearDown() override {
         cache.reset();
@@ -97,7 +97,7 @@ struct disk_cache_fixture : ::testing::Test {
 
 TEST_F(disk_cache_fixture, ARestartedCacheRestoresFromDiskExactly) {
     start();
-    const toks p = run(10, 14);
+    const toks p = run_of(10, 14);
     EXPECT_EQ(request(0, p).restored_tokens, 0);
     EXPECT_EQ(sink->last(record_event_name, "skippy.disk_cache.record"), "queued");
     cache->wait_for_records();
@@ -130,13 +130,13 @@ TEST_F(disk_cache_fixture, ARestartedCacheRestoresFromDiskExactly) {
 
 TEST_F(disk_cache_fixture, APromptSharingAPrefixRestoresAllOfItFromDisk) {
     start();
-    const toks a = run(10, 14);
+    const toks a = run_of(10, 14);
     request(0, a);
     cache->wait_for_records();
     start();
     // Shares 10 tokens with a: pages [0,4) [4,8) [8,12) of a, the last cut at 10 on import
     // (request() checks the KV against a cold compute of b's first 10 tokens).
-    const toks b = testing::concat(prefix(a, 10), run(700, 6));
+    const toks b = testing::concat(prefix(a, 10), run_of(700, 6));
     const restore_result r = request(0, b);
     EXPECT_EQ(r.tier, cache_tier::disk);
     EXPECT_EQ(r.restored_tokens, 10);
@@ -146,7 +146,7 @@ TEST_F(disk_cache_fixture, APromptSharingAPrefixRestoresAllOfItFromDisk) {
 
 TEST_F(disk_cache_fixture, MemoryTiersComeFirstAndTheDiskIsNotAskedWhenTheyServe) {
     start();
-    const toks p = run(10, 14);
+    const toks p = run_of(10, 14);
     request(0, p);
     cache->wait_for_records();
     sink->clear();
@@ -159,7 +159,7 @@ TEST_F(disk_cache_fixture, MemoryTiersComeFirstAndTheDiskIsNotAskedWhenTheyServe
 
 TEST_F(disk_cache_fixture, ACorruptPageOnDiskFallsBackToComputeAndIsQuarantined) {
     start();
-    const toks p = run(10, 14);
+    const toks p = run_of(10, 14);
     request(0, p);
     cache->wait_for_records();
     cache.reset();
@@ -191,7 +191,7 @@ TEST_F(disk_cache_fixture, ASecondCacheOnTheSameDirectoryIsRefused) {
 
 TEST_F(disk_cache_fixture, DestroyingTheCacheFlushesAQueuedDiskWrite) {
     start();
-    request(0, run(10, 14));
+    request(0, run_of(10, 14));
     cache.reset();  // right away: the record may not even have started; an orderly shutdown writes it
     start();
     EXPECT_EQ(cache->stats().disk.n_recovered_entries, 1);
@@ -204,14 +204,14 @@ TEST_F(disk_cache_fixture, DiskWritesStayWithinTheBound) {
     c.exact_max_bytes = 0;  // only the disk
     start(c);
     for (int i = 0; i < 12; ++i) {
-        request(0, run(100 * i, 12));
+        request(0, run_of(100 * i, 12));
         cache->wait_for_records();
         ASSERT_LE(testing::dir_bytes(dir), 4096);
     }
     EXPECT_GT(cache->stats().disk.n_evictions, 0);
     EXPECT_GT(cache->stats().disk.n_entries, 0);
     // The most recent prompt restores from disk (as the only tier).
-    const toks last = run(1100, 12);
+    const toks last = run_of(1100, 12);
     EXPECT_EQ(request(1, last).tier, cache_tier::disk);
     check();
 }
@@ -226,12 +226,12 @@ TEST_F(disk_cache_fixture, LanesRestoreWhileTheWorkerWritesAndEvicts) {
     auto lane = [this](int32_t session) {
         for (int i = 0; i < 40; ++i) {
             // Prompts of a few families sharing their first 8 tokens.
-            const toks p = testing::concat(run(1000 + 100 * (i % 3), 8), run(5000 + 31 * i + 7 * session, 6));
+            const toks p = testing::concat(run_of(1000 + 100 * (i % 3), 8), run_of(5000 + 31 * i + 7 * session, 6));
             request(session, p);  // checks exactness of whatever was restored
         }
     };
     for (int f = 0; f < 3; ++f) {  // one prompt of each family on disk before the lanes start
-        request(0, testing::concat(run(1000 + 100 * f, 8), run(90, 6)));
+        request(0, testing::concat(run_of(1000 + 100 * f, 8), run_of(90, 6)));
         cache->wait_for_records();
     }
     std::thread a(lane, 0), b(lane, 1);

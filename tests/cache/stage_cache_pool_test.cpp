@@ -3,6 +3,7 @@
 // a corrupted stored block falls back to compute; the record worker exports while
 // sessions keep writing (run under TSan).
 #include "cache/pool_kv_backend.h"
+#include "tier_fakes.h"
 #include "cache/stage_cache.h"
 #include "kv/kv_page.h"
 
@@ -73,7 +74,7 @@ bool rows_match(const kv_sequence & s, const toks & tokens, int64_t n) {
     return true;
 }
 
-cache_namespace make_ns() {
+cache_namespace pool_ns() {
     namespace_fields f;
     f.model_identity = "pool-test";
     f.layer_start = 2;
@@ -82,17 +83,13 @@ cache_namespace make_ns() {
     return *make_namespace(f);
 }
 
-toks run(int32_t first, int n) {
-    toks t;
-    for (int i = 0; i < n; ++i) t.push_back(first + i);
-    return t;
-}
+using testing::run_of;
 
 struct pool_fixture : ::testing::Test {
     kv_pool                  pool{geometry(), 48};
     kv_sequence              s0{pool}, s1{pool}, s2{pool};
     pool_kv_backend          backend{pool, {&s0, &s1, &s2}, 2, 4};
-    cache_namespace          ns = make_ns();
+    cache_namespace          ns = pool_ns();
     std::unique_ptr<stage_cache> cache;
 
     stage_cache_config config(int64_t max_entries, int64_t exact_bytes) {
@@ -121,7 +118,7 @@ struct pool_fixture : ::testing::Test {
 
 TEST_F(pool_fixture, ResidentRestoreIsByteIdentical) {
     make(config(8, 0));
-    toks p = run(5, 14);
+    toks p = run_of(5, 14);
     prefill_and_record(0, p);
     // Session 0 decodes on: the shared tail block is copied, the entry keeps its bytes.
     toks decoded = p;
@@ -140,7 +137,7 @@ TEST_F(pool_fixture, ResidentRestoreIsByteIdentical) {
 
 TEST_F(pool_fixture, ExactStateRestoreIsByteIdenticalAndPagesAreValid) {
     make(config(0, 1 << 20));
-    toks p = run(5, 19);
+    toks p = run_of(5, 19);
     prefill_and_record(0, p);
     cache->wait_for_records();
     exact_state_store & store = cache->exact_store_for_testing();
@@ -165,7 +162,7 @@ TEST_F(pool_fixture, ExactStateRestoreIsByteIdenticalAndPagesAreValid) {
 
 TEST_F(pool_fixture, CorruptedStoredBlockFallsBackToAnExactCompute) {
     make(config(0, 1 << 20));
-    toks p = run(5, 16);
+    toks p = run_of(5, 16);
     prefill_and_record(0, p);
     cache->wait_for_records();
     s0.clear();
@@ -186,7 +183,7 @@ TEST_F(pool_fixture, CorruptedStoredBlockFallsBackToAnExactCompute) {
 TEST_F(pool_fixture, DemotedEntryRestoresByteIdentical) {
     make(config(8, 1 << 20));
     testing::worker_gate gate(*cache);
-    toks a = run(5, 10), b = run(50, 12), c = run(90, 8);
+    toks a = run_of(5, 10), b = run_of(50, 12), c = run_of(90, 8);
     prefill_and_record(0, a);
     gate.wait_until_held();
     prefill_and_record(1, b);  // worker busy: b's record waits...

@@ -2,6 +2,7 @@
 // corruption, namespaces, events — and a randomized exactness run with invariants
 // after every step.
 #include "cache/stage_cache.h"
+#include "tier_fakes.h"
 
 #include "fakes.h"
 #include "worker_gate.h"
@@ -50,11 +51,7 @@ stage_cache_config small_config() {
     return c;
 }
 
-toks run(int32_t first, int n) {
-    toks t;
-    for (int i = 0; i < n; ++i) t.push_back(first + i);
-    return t;
-}
+using testing::run_of;
 
 toks prefix(const toks & t, size_t n) { return toks(t.begin(), t.begin() + static_cast<ptrdiff_t>(n)); }
 
@@ -100,7 +97,7 @@ struct stage_cache_fake : ::testing::Test {
 };
 
 TEST_F(stage_cache_fake, ColdRequestMissesThenRecordsInBothTiers) {
-    toks p = run(10, 10);
+    toks p = run_of(10, 10);
     restore_result r = request(0, p);
     EXPECT_EQ(r.decision, "restore_miss");
     EXPECT_EQ(r.counters.kv_lookup_misses, 1u);
@@ -120,7 +117,7 @@ TEST_F(stage_cache_fake, ColdRequestMissesThenRecordsInBothTiers) {
 }
 
 TEST_F(stage_cache_fake, RepeatedPromptRestoresAllButTheLastToken) {
-    toks p = run(10, 10);
+    toks p = run_of(10, 10);
     request(0, p);
     end_request(0);
     restore_result r = request(1, p);
@@ -138,7 +135,7 @@ TEST_F(stage_cache_fake, RepeatedPromptRestoresAllButTheLastToken) {
 }
 
 TEST_F(stage_cache_fake, ALongerCachedSequenceServesAShorterQuery) {
-    toks long_p = run(10, 12);
+    toks long_p = run_of(10, 12);
     request(0, long_p);
     end_request(0);
     toks q = prefix(long_p, 8);
@@ -150,7 +147,7 @@ TEST_F(stage_cache_fake, ALongerCachedSequenceServesAShorterQuery) {
 }
 
 TEST_F(stage_cache_fake, DivergingSequencesServeTheirCommonPrefixAsShort) {
-    toks a = run(10, 12);
+    toks a = run_of(10, 12);
     request(0, a);
     end_request(0);
     toks q = prefix(a, 6);
@@ -163,13 +160,13 @@ TEST_F(stage_cache_fake, DivergingSequencesServeTheirCommonPrefixAsShort) {
 }
 
 TEST_F(stage_cache_fake, PrefixesShorterThanMinTokensAreNeitherRestoredNorRecorded) {
-    toks p = run(10, 3);
+    toks p = run_of(10, 3);
     request(0, p);
     EXPECT_EQ(sink->last(record_event_name, "skippy.kv.decision"), "record_skipped_short");
     EXPECT_EQ(cache->stats().resident.n_entries, 0);
     end_request(0);
     // A 4-token entry exists, but the query can use at most 3 tokens of it.
-    toks q = run(20, 4);
+    toks q = run_of(20, 4);
     request(0, q);
     end_request(0);
     restore_result r = request(1, q);
@@ -178,10 +175,10 @@ TEST_F(stage_cache_fake, PrefixesShorterThanMinTokensAreNeitherRestoredNorRecord
 }
 
 TEST_F(stage_cache_fake, ProbeChangesNothing) {
-    toks p = run(10, 10);
+    toks p = run_of(10, 10);
     request(0, p);
     end_request(0);
-    ASSERT_TRUE(backend.compute(1, 0, run(77, 3)).is_ok());
+    ASSERT_TRUE(backend.compute(1, 0, run_of(77, 3)).is_ok());
     const auto kv_before = backend.kv_of(1);
     const auto totals_before = cache->stats().totals;
     probe_result pr = cache->probe({ns, p, 9, 1});
@@ -190,7 +187,7 @@ TEST_F(stage_cache_fake, ProbeChangesNothing) {
     toks longer = p;
     longer.insert(longer.end(), {1, 2, 3});
     EXPECT_EQ(cache->probe({ns, longer, 12}).decision, "probe_short");
-    EXPECT_EQ(cache->probe({ns, run(500, 10), 9}).decision, "probe_miss");
+    EXPECT_EQ(cache->probe({ns, run_of(500, 10), 9}).decision, "probe_miss");
     EXPECT_EQ(backend.kv_of(1), kv_before);
     EXPECT_EQ(cache->stats().totals, totals_before);
     EXPECT_EQ(sink->last(lookup_event_name, "skippy.kv.decision"), "probe_miss");
@@ -198,7 +195,7 @@ TEST_F(stage_cache_fake, ProbeChangesNothing) {
 }
 
 TEST_F(stage_cache_fake, AllOrNothingCallerGetsShortWithoutStateChange) {
-    toks p = run(10, 10);
+    toks p = run_of(10, 10);
     request(0, p);
     end_request(0);
     restore_request rq{ns, 1, p, 12, lookup_kind::try_restore, false};
@@ -216,7 +213,7 @@ TEST_F(stage_cache_fake, AllOrNothingCallerGetsShortWithoutStateChange) {
 }
 
 TEST_F(stage_cache_fake, ExactStateServesWhenTheResidentEntryIsGone) {
-    toks p = run(10, 10);
+    toks p = run_of(10, 10);
     request(0, p);
     end_request(0);
     cache->wait_for_records();
@@ -235,7 +232,7 @@ TEST_F(stage_cache_fake, ExactStateServesWhenTheResidentEntryIsGone) {
 
 TEST_F(stage_cache_fake, RecordsAreNeverWaitedForAndTheNewestPendingOneIsStored) {
     testing::worker_gate gate(*cache);
-    const toks a = run(10, 8), b = run(100, 8), c = run(200, 8);
+    const toks a = run_of(10, 8), b = run_of(100, 8), c = run_of(200, 8);
     request(0, a);
     gate.wait_until_held();  // the worker is inside a's record
     request(1, b);                // returns at once: b's record waits
@@ -258,7 +255,7 @@ TEST_F(stage_cache_fake, RecordsAreNeverWaitedForAndTheNewestPendingOneIsStored)
 // tier (whole entries only) gets both the prompt and the prompt plus answer.
 TEST_F(stage_cache_fake, ARecordAtStopTakesTheWaitingPromptRecordAlong) {
     testing::worker_gate gate(*cache);
-    const toks a = run(10, 8), b = run(100, 9), answer = run(300, 5);
+    const toks a = run_of(10, 8), b = run_of(100, 9), answer = run_of(300, 5);
     request(0, a);
     gate.wait_until_held();  // the worker is inside a's record
     request(1, b);                // b's record waits
@@ -277,11 +274,11 @@ TEST_F(stage_cache_fake, ARecordAtStopTakesTheWaitingPromptRecordAlong) {
     end_request(1);
     // Both of b's checkpoints serve from the exact-state tier once the resident entries go.
     EXPECT_TRUE(cache->make_room_for_write(2, 0, 64).enough);
-    restore_result r = request(2, concat(b, run(500, 3)), false);
+    restore_result r = request(2, concat(b, run_of(500, 3)), false);
     EXPECT_EQ(r.tier, cache_tier::exact_state);
     EXPECT_EQ(r.restored_tokens, 9);
     end_request(2);
-    r = request(2, concat(concat(b, answer), run(600, 3)), false);
+    r = request(2, concat(concat(b, answer), run_of(600, 3)), false);
     EXPECT_EQ(r.tier, cache_tier::exact_state);
     EXPECT_EQ(r.restored_tokens, 14);
     check();
@@ -289,7 +286,7 @@ TEST_F(stage_cache_fake, ARecordAtStopTakesTheWaitingPromptRecordAlong) {
 
 TEST_F(stage_cache_fake, EvictedResidentEntriesAreDemotedToExactState) {
     testing::worker_gate gate(*cache);
-    toks a = run(10, 8), b = run(100, 8), c = run(200, 8);
+    toks a = run_of(10, 8), b = run_of(100, 8), c = run_of(200, 8);
     request(0, a);
     gate.wait_until_held();
     request(1, b);  // its exact record waits...
@@ -324,7 +321,7 @@ TEST_F(stage_cache_fake, CorruptedExactStateBlockIsQuarantinedAndTheCallerFallsB
     stage_cache_config c = small_config();
     c.max_entries = 0;  // exact state only
     make(c);
-    toks p = run(10, 10);
+    toks p = run_of(10, 10);
     request(0, p);
     end_request(0);
     cache->wait_for_records();
@@ -356,7 +353,7 @@ TEST_F(stage_cache_fake, APageFailingValidationInTheBackendIsQuarantined) {
     stage_cache_config c = small_config();
     c.max_entries = 0;
     make(c);
-    toks p = run(10, 10);
+    toks p = run_of(10, 10);
     request(0, p);
     end_request(0);
     cache->wait_for_records();
@@ -371,7 +368,7 @@ TEST_F(stage_cache_fake, PoolExhaustionDuringImportIsAnErrorWithoutQuarantine) {
     stage_cache_config c = small_config();
     c.max_entries = 0;
     make(c);
-    toks p = run(10, 10);
+    toks p = run_of(10, 10);
     request(0, p);
     end_request(0);
     cache->wait_for_records();
@@ -386,7 +383,7 @@ TEST_F(stage_cache_fake, PoolExhaustionDuringImportIsAnErrorWithoutQuarantine) {
 }
 
 TEST_F(stage_cache_fake, NamespacesDoNotShareEntries) {
-    toks p = run(10, 10);
+    toks p = run_of(10, 10);
     request(0, p);
     end_request(0);
     cache->wait_for_records();
@@ -408,13 +405,13 @@ TEST_F(stage_cache_fake, NamespacesDoNotShareEntries) {
 
 TEST_F(stage_cache_fake, NonZeroTokenStartIsRefused) {
     cache_namespace shifted = ns_with([](namespace_fields & f) { f.token_start = 4; });
-    restore_result r = cache->restore({shifted, 0, run(1, 10), 9});
+    restore_result r = cache->restore({shifted, 0, run_of(1, 10), 9});
     EXPECT_EQ(r.decision, "nonzero_token_start_unsupported");
     EXPECT_EQ(sink->last(lookup_event_name, "skippy.kv.error_class"), "unsupported");
-    ASSERT_TRUE(backend.compute(0, 0, run(1, 10)).is_ok());
-    record_result rec = cache->record_tokens(shifted, 0, run(1, 10), record_reason::final_prefill);
+    ASSERT_TRUE(backend.compute(0, 0, run_of(1, 10)).is_ok());
+    record_result rec = cache->record_tokens(shifted, 0, run_of(1, 10), record_reason::final_prefill);
     EXPECT_EQ(rec.decision, "nonzero_token_start_unsupported");
-    EXPECT_EQ(cache->probe({shifted, run(1, 10), 9}).decision, "nonzero_token_start_unsupported");
+    EXPECT_EQ(cache->probe({shifted, run_of(1, 10), 9}).decision, "nonzero_token_start_unsupported");
     EXPECT_EQ(cache->stats().resident.n_entries, 0);
     check();
 }
@@ -423,9 +420,9 @@ TEST_F(stage_cache_fake, ModeOffDoesNothingAndEmitsNothing) {
     stage_cache_config c = small_config();
     c.mode = cache_mode::off;
     make(c);
-    request(0, run(10, 10));
+    request(0, run_of(10, 10));
     end_request(0);
-    EXPECT_EQ(request(1, run(10, 10)).restored_tokens, 0);
+    EXPECT_EQ(request(1, run_of(10, 10)).restored_tokens, 0);
     EXPECT_TRUE(sink->events().empty());
     EXPECT_EQ(cache->stats().index.n_namespaces, 0);
 }
@@ -434,21 +431,21 @@ TEST_F(stage_cache_fake, ModeRecordRecordsButNeverRestores) {
     stage_cache_config c = small_config();
     c.mode = cache_mode::record;
     make(c);
-    request(0, run(10, 10));
+    request(0, run_of(10, 10));
     end_request(0);
-    EXPECT_EQ(request(1, run(10, 10)).restored_tokens, 0);
+    EXPECT_EQ(request(1, run_of(10, 10)).restored_tokens, 0);
     EXPECT_EQ(cache->stats().resident.n_entries, 1);
 }
 
 TEST_F(stage_cache_fake, StopRecordsAgainOnlyWhenMoreWasAdded) {
-    toks p = run(10, 8);
+    toks p = run_of(10, 8);
     request(0, p);
     const size_t n_events = sink->events().size();
     record_result again = cache->record(ns, 0, record_reason::stop);
     EXPECT_TRUE(again.decision.empty());
     EXPECT_EQ(sink->events().size(), n_events);
     // More prompt arrives on the same session (contiguous): Stop records the longer path.
-    toks more = run(40, 4);
+    toks more = run_of(40, 4);
     ASSERT_TRUE(backend.compute(0, 8, more).is_ok());
     cache->note_prefill(0, 8, more);
     record_result at_stop = cache->record(ns, 0, record_reason::stop);
@@ -460,7 +457,7 @@ TEST_F(stage_cache_fake, StopRecordsAgainOnlyWhenMoreWasAdded) {
 }
 
 TEST_F(stage_cache_fake, ARestoredPromptIsNotRecordedAgain) {
-    toks p = run(10, 10);
+    toks p = run_of(10, 10);
     request(0, p);
     end_request(0);
     cache->wait_for_records();
@@ -472,9 +469,9 @@ TEST_F(stage_cache_fake, ARestoredPromptIsNotRecordedAgain) {
 }
 
 TEST_F(stage_cache_fake, AGapInPrefillStopsTheRecord) {
-    ASSERT_TRUE(backend.compute(0, 0, run(10, 8)).is_ok());
-    cache->note_prefill(0, 0, run(10, 4));
-    cache->note_prefill(0, 6, run(16, 2));  // positions 4, 5 never noted
+    ASSERT_TRUE(backend.compute(0, 0, run_of(10, 8)).is_ok());
+    cache->note_prefill(0, 0, run_of(10, 4));
+    cache->note_prefill(0, 6, run_of(16, 2));  // positions 4, 5 never noted
     record_result r = cache->record(ns, 0, record_reason::final_prefill);
     EXPECT_TRUE(r.decision.empty());
     EXPECT_EQ(cache->stats().accumulator.n_gaps, 1);
@@ -482,7 +479,7 @@ TEST_F(stage_cache_fake, AGapInPrefillStopsTheRecord) {
 }
 
 TEST_F(stage_cache_fake, AdmissionCountsTheCopyOfASharedTailBlock) {
-    toks p = run(10, 6);  // [b: 0-3][b: 4 5 . .]
+    toks p = run_of(10, 6);  // [b: 0-3][b: 4 5 . .]
     request(0, p);        // recorded: the tail block is shared with the entry
     admission_result a = cache->make_room_for_write(0, 6, 1);
     EXPECT_EQ(a.needed_blocks, 1);  // the copy of the shared tail block
@@ -505,19 +502,19 @@ TEST_F(stage_cache_fake, AdmissionOnAFiveBlockPoolEvictsCheapestFirst) {
         ASSERT_TRUE(five.truncate_session(0, 0).is_ok());
     };
     //   A = 8 tokens [b0 b1]   B = 4 tokens [b2]   free: b3 b4
-    cached(run(10, 8));
-    cached(run(100, 4));
+    cached(run_of(10, 8));
+    cached(run_of(100, 4));
     // Session 1 needs 3 blocks: B (cheaper) goes, A stays.
     admission_result a = small->make_room_for_write(1, 0, 12);
     EXPECT_TRUE(a.enough);
     EXPECT_EQ(a.n_evicted, 1);
-    EXPECT_EQ(small->probe({ns, run(10, 8), 8}).decision, "probe_hit");
-    EXPECT_EQ(small->probe({ns, run(100, 4), 4}).decision, "probe_miss");
+    EXPECT_EQ(small->probe({ns, run_of(10, 8), 8}).decision, "probe_hit");
+    EXPECT_EQ(small->probe({ns, run_of(100, 4), 4}).decision, "probe_miss");
     EXPECT_EQ(five.violations(), 0);
 }
 
 TEST_F(stage_cache_fake, ActivationHitNeedsTheFullKv) {
-    toks t = run(10, 8);
+    toks t = run_of(10, 8);
     ASSERT_TRUE(backend.compute(0, 0, t).is_ok());
     cache->note_prefill(0, 0, t);
     cache->record(ns, 0, record_reason::final_prefill);
@@ -551,7 +548,7 @@ TEST_F(stage_cache_fake, ActivationWithShortOrMissingKvIsNotAHit) {
     stage_cache_config c = small_config();
     c.exact_max_bytes = 0;  // resident only, so eviction loses the KV
     make(c);
-    toks t = run(10, 8);
+    toks t = run_of(10, 8);
     // KV only for the first 6 tokens; the frame for all 8.
     ASSERT_TRUE(backend.compute(0, 0, prefix(t, 6)).is_ok());
     cache->record_tokens(ns, 0, prefix(t, 6), record_reason::final_prefill);
@@ -575,7 +572,7 @@ TEST_F(stage_cache_fake, ActivationWithFailingKvIsAKvError) {
     stage_cache_config c = small_config();
     c.max_entries = 0;  // exact state only: the import can fail
     make(c);
-    toks t = run(10, 8);
+    toks t = run_of(10, 8);
     ASSERT_TRUE(backend.compute(0, 0, t).is_ok());
     cache->record_tokens(ns, 0, t, record_reason::final_prefill);
     cache->wait_for_records();
@@ -590,7 +587,7 @@ TEST_F(stage_cache_fake, ActivationWithFailingKvIsAKvError) {
 }
 
 TEST_F(stage_cache_fake, RollbackEmptiesTheSession) {
-    toks p = run(10, 10);
+    toks p = run_of(10, 10);
     request(0, p);
     end_request(0);
     restore_result r = cache->restore({ns, 1, p, 9, lookup_kind::try_restore});
@@ -610,7 +607,7 @@ TEST_F(stage_cache_fake, InvalidConfigIsRefused) {
 }
 
 TEST_F(stage_cache_fake, DestructionReleasesEveryBlock) {
-    request(0, run(10, 10));
+    request(0, run_of(10, 10));
     end_request(0);
     cache.reset();
     EXPECT_EQ(backend.n_free_blocks(), 16);

@@ -36,6 +36,13 @@ inline cache_namespace test_namespace(const std::string & model, int32_t stage =
     return *make_namespace(f);
 }
 
+// A digest whose every byte is b (distinct namespaces for b = 1, 2, ...).
+inline digest256 ns_of(uint8_t b) {
+    digest256 d;
+    d.bytes.fill(b);
+    return d;
+}
+
 inline toks run_of(int32_t first, int n) {
     toks t;
     for (int i = 0; i < n; ++i) t.push_back(first + i);

@@ -13,7 +13,7 @@ namespace skippy::testing {
 namespace {
 
 struct parsed_flags {
-    cli::runtime_flags         runtime;
+    skippy::cli::runtime_flags         runtime;
     transport::chain_options   chain;
 };
 
@@ -21,10 +21,10 @@ struct parsed_flags {
 std::unique_ptr<parsed_flags> parse(std::vector<std::string> args) {
     auto out = std::make_unique<parsed_flags>();
     CLI::App app{"test"};
-    cli::add_runtime_flags(&app, out->runtime, 1);
+    skippy::cli::add_runtime_flags(&app, out->runtime, 1);
     std::reverse(args.begin(), args.end());  // CLI11 takes them last first
     app.parse(args);
-    auto chain = cli::to_chain_options(out->runtime);
+    auto chain = skippy::cli::to_chain_options(out->runtime);
     EXPECT_TRUE(chain.is_ok()) << chain.error().to_string();
     if (!chain.is_ok()) return nullptr;
     out->chain = *chain;
@@ -36,8 +36,8 @@ TEST(cli_flags, KvCacheDemoteMapsOntoTheStageCacheConfig) {
     EXPECT_TRUE(parse({"--kv-cache-demote", "on"})->chain.cache.config.demote_on_evict);
     EXPECT_FALSE(parse({"--kv-cache-demote", "off"})->chain.cache.config.demote_on_evict);
     CLI::App app{"test"};
-    cli::runtime_flags f;
-    cli::add_runtime_flags(&app, f, 1);
+    skippy::cli::runtime_flags f;
+    skippy::cli::add_runtime_flags(&app, f, 1);
     EXPECT_THROW(app.parse(std::vector<std::string>{"no", "--kv-cache-demote"}), CLI::ValidationError);
 }
 
@@ -59,7 +59,7 @@ TEST(cli_flags, KvCacheDemoteOffKeepsEvictedEntriesOutOfTheExactTier) {
         ASSERT_NE(flags, nullptr);
         auto sink = std::make_shared<memory_sink>();
         flags->chain.cache.sink = sink;
-        auto made = cli::make_pipeline(file, cli::chain_choice{}, flags->runtime, flags->chain);
+        auto made = skippy::cli::make_pipeline(file, skippy::cli::chain_choice{}, flags->runtime, flags->chain);
         ASSERT_TRUE(made.is_ok()) << made.error().to_string();
         transport::chain_pipeline & p = **made;
         cache::stage_cache * c = stage_cache_of(p, 0);

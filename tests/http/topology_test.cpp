@@ -22,7 +22,7 @@ using json = nlohmann::json;
 using testing::run_to_completion;
 using testing::start_serve;
 
-const std::string k_binary = SKIPPY_BINARY_PATH;
+const std::string k_skippy_binary = SKIPPY_BINARY_PATH;
 const std::string k_dir = SKIPPY_HTTP_TEST_DIR "/topology";
 
 std::string model_path(const std::string & name) { return k_dir + "/" + name + ".gguf"; }
@@ -55,7 +55,7 @@ protected:
         // Three layers (one per stage at --stages 3) and a vocabulary larger than the
         // wire's logit_bias limit (1024), so that the count limit itself is reachable.
         std::string err;
-        const int rc = run_to_completion({k_binary, "make-model", "--arch", "llama", "--n-embd", "64", "--n-layer", "3",
+        const int rc = run_to_completion({k_skippy_binary, "make-model", "--arch", "llama", "--n-embd", "64", "--n-layer", "3",
                                           "--n-head", "4", "--n-head-kv", "2", "--n-ff", "128", "--n-vocab", "2048",
                                           "--type", "F32", "--seed", "11", "-o", model_path("m")},
                                          &err);
@@ -182,7 +182,7 @@ TEST_F(TopologyTest, TheCorpusGetsTheSameAnswerOnOneTwoAndThreeStages) {
     const auto cases = corpus();
     std::map<int, std::vector<answer>> by_stages;
     for (int n : {1, 2, 3}) {
-        auto s = start_serve(k_binary, {"-m", model_path("m"), "--stages", std::to_string(n), "-t", "1", "--lanes", "1",
+        auto s = start_serve(k_skippy_binary, {"-m", model_path("m"), "--stages", std::to_string(n), "-t", "1", "--lanes", "1",
                                         "-c", "256"});
         ASSERT_GT(s.port, 0) << (s.proc ? s.proc->stderr_text() : "did not start");
         for (const auto & c : cases) by_stages[n].push_back(ask(s.port, "/v1/completions", corpus_body(c)));
@@ -210,7 +210,7 @@ TEST_F(TopologyTest, LogprobsAreTheSameBitsWithTheCacheOnAndOff) {
         R"("logprobs":4})";
     std::vector<std::string> seen;
     for (const char * cache : {"lookup-record", "off"}) {
-        auto s = start_serve(k_binary, {"-m", model_path("m"), "--stages", "2", "-t", "1", "--lanes", "1", "-c", "256",
+        auto s = start_serve(k_skippy_binary, {"-m", model_path("m"), "--stages", "2", "-t", "1", "--lanes", "1", "-c", "256",
                                         "--kv-cache", cache, "--kv-cache-min-tokens", "4"});
         ASSERT_GT(s.port, 0) << (s.proc ? s.proc->stderr_text() : "did not start");
         for (int i = 0; i < 2; ++i) {  // the second time from the cache (when on)
@@ -257,7 +257,7 @@ TEST_F(TopologyTest, NonFiniteLogitsFailTheRequestOnEveryTopology) {
     for (const std::string model : {"nan-head", "nan-all"}) {
         for (int n : {1, 2, 3}) {
             const std::string where = model + " on " + std::to_string(n) + " stage(s)";
-            auto s = start_serve(k_binary, {"-m", model_path(model), "--stages", std::to_string(n), "-t", "1", "--lanes",
+            auto s = start_serve(k_skippy_binary, {"-m", model_path(model), "--stages", std::to_string(n), "-t", "1", "--lanes",
                                             "1", "-c", "256"});
             ASSERT_GT(s.port, 0) << (s.proc ? s.proc->stderr_text() : "did not start");
             const answer a = ask(s.port, "/v1/completions", R"({"prompt":"Hello","max_tokens":4,"temperature":0})");
@@ -280,7 +280,7 @@ TEST_F(TopologyTest, NonFiniteLogitsFailTheRequestOnEveryTopology) {
             EXPECT_EQ(s.proc->stop(), 0) << where;
 
             std::string err;
-            const int rc = run_to_completion({k_binary, "generate", "-m", model_path(model), "--stages", std::to_string(n),
+            const int rc = run_to_completion({k_skippy_binary, "generate", "-m", model_path(model), "--stages", std::to_string(n),
                                               "-t", "1", "-p", "Hello", "-n", "4", "--greedy"},
                                              &err);
             EXPECT_NE(rc, 0) << where;

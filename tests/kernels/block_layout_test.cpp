@@ -14,7 +14,7 @@
 namespace skippy::kernels {
 namespace {
 
-std::vector<float> decode(tensor_type t, const std::vector<uint8_t> & bytes, int64_t n) {
+std::vector<float> decode_checked(tensor_type t, const std::vector<uint8_t> & bytes, int64_t n) {
     EXPECT_EQ(bytes.size(), row_bytes(t, n));
     std::vector<float> out(static_cast<size_t>(n));
     dequantize_row(t, bytes.data(), out.data(), n);
@@ -47,20 +47,20 @@ TEST(kernels_block_layout, BlockSizesMatchTheTensorTypeTable) {
 
 TEST(kernels_block_layout, F32IsLittleEndianIeee) {
     const std::vector<uint8_t> bytes = {0x00, 0x00, 0xc0, 0x3f, 0x00, 0x00, 0x20, 0xc1};
-    const auto v = decode(tensor_type::f32, bytes, 2);
+    const auto v = decode_checked(tensor_type::f32, bytes, 2);
     EXPECT_EQ(v[0], 1.5f);
     EXPECT_EQ(v[1], -10.0f);
 }
 
 TEST(kernels_block_layout, F16AndBf16AreLittleEndian) {
     const std::vector<uint8_t> f16 = {0x00, 0x3c, 0x00, 0xc0, 0x01, 0x00, 0xff, 0x7b};
-    const auto h = decode(tensor_type::f16, f16, 4);
+    const auto h = decode_checked(tensor_type::f16, f16, 4);
     EXPECT_EQ(h[0], 1.0f);
     EXPECT_EQ(h[1], -2.0f);
     EXPECT_EQ(h[2], 0x1p-24f);
     EXPECT_EQ(h[3], 65504.0f);
     const std::vector<uint8_t> bf16 = {0x80, 0x3f, 0xc0, 0xbf};
-    const auto b = decode(tensor_type::bf16, bf16, 2);
+    const auto b = decode_checked(tensor_type::bf16, bf16, 2);
     EXPECT_EQ(b[0], 1.0f);
     EXPECT_EQ(b[1], -1.5f);
 }
@@ -68,7 +68,7 @@ TEST(kernels_block_layout, F16AndBf16AreLittleEndian) {
 TEST(kernels_block_layout, Q8_0IsF16ScaleThenSignedBytes) {
     std::vector<uint8_t> block = {0x00, 0x38};  // d = 0.5
     for (int j = 0; j < 32; ++j) block.push_back(static_cast<uint8_t>(static_cast<int8_t>(j * 8 - 128)));
-    const auto v = decode(tensor_type::q8_0, block, 32);
+    const auto v = decode_checked(tensor_type::q8_0, block, 32);
     EXPECT_EQ(v[0], -64.0f);   // -128 * 0.5
     EXPECT_EQ(v[16], 0.0f);
     EXPECT_EQ(v[17], 4.0f);
@@ -78,7 +78,7 @@ TEST(kernels_block_layout, Q8_0IsF16ScaleThenSignedBytes) {
 TEST(kernels_block_layout, Q4_0LowNibblesAreTheFirstHalf) {
     std::vector<uint8_t> block = {0x00, 0x40};  // d = 2
     for (int j = 0; j < 16; ++j) block.push_back(static_cast<uint8_t>(j | ((15 - j) << 4)));
-    const auto v = decode(tensor_type::q4_0, block, 32);
+    const auto v = decode_checked(tensor_type::q4_0, block, 32);
     EXPECT_EQ(v[0], -16.0f);   // low nibble of qs[0] = 0  -> (0 - 8) * 2
     EXPECT_EQ(v[15], 14.0f);   // low nibble of qs[15] = 15 -> (15 - 8) * 2
     EXPECT_EQ(v[16], 14.0f);   // high nibble of qs[0] = 15
@@ -99,7 +99,7 @@ std::vector<uint8_t> q4_k_test_block() {
 }
 
 TEST(kernels_block_layout, Q4_KSixBitScalesAndNibbleOrder) {
-    const auto v = decode(tensor_type::q4_k, q4_k_test_block(), 256);
+    const auto v = decode_checked(tensor_type::q4_k, q4_k_test_block(), 256);
     // value = d * sc * q - dmin * m
     EXPECT_EQ(v[0], 1 * 0 - 0.5f * 5);      // sub-block 0, low nibble of qs[0] = 0
     EXPECT_EQ(v[31], 1 * 15 - 0.5f * 5);    // low nibble of qs[31] = 15
@@ -128,7 +128,7 @@ TEST(kernels_block_layout, Q4_KSecondBlockUsesItsOwnHeader) {
     second[0] = 0x00;
     second[1] = 0x40;  // d = 2
     two.insert(two.end(), second.begin(), second.end());
-    const auto v = decode(tensor_type::q4_k, two, 512);
+    const auto v = decode_checked(tensor_type::q4_k, two, 512);
     EXPECT_EQ(v[256 + 31], 2 * 15 - 0.5f * 5);
 }
 
@@ -142,7 +142,7 @@ TEST(kernels_block_layout, Q6_KLowAndHighBitsAndSignedScales) {
     for (int8_t s : scales) b.push_back(static_cast<uint8_t>(s));
     b.push_back(0x00);
     b.push_back(0x34);  // d = 0.25
-    const auto v = decode(tensor_type::q6_k, b, 256);
+    const auto v = decode_checked(tensor_type::q6_k, b, 256);
     // value = d * scale[e / 16] * (q - 32)
     EXPECT_EQ(v[0], 0.25f * 3 * -32);     // ql[0] low = 0, high bits 0 -> q = 0
     EXPECT_EQ(v[37], 0.25f * 5 * -11);    // ql[37] = 0x25 low = 5, high 1 -> q = 21
@@ -165,7 +165,7 @@ TEST(kernels_block_layout, Q5_0FifthBitsAreALittleEndianWordAfterTheScale) {
     std::vector<uint8_t> b = {0x00, 0x38, 0x01, 0x00, 0x00, 0x80};  // d = 0.5; bits 0 and 31 of qh
     const auto qs = nibble_ramp();
     b.insert(b.end(), qs.begin(), qs.end());
-    const auto v = decode(tensor_type::q5_0, b, 32);
+    const auto v = decode_checked(tensor_type::q5_0, b, 32);
     // x = d * (q - 16)
     EXPECT_EQ(v[0], 0.0f);     // low nibble 0 | 16
     EXPECT_EQ(v[1], -7.5f);    // 1 - 16
@@ -179,7 +179,7 @@ TEST(kernels_block_layout, Q5_1IsScaleOffsetFifthBitsThenNibbles) {
     std::vector<uint8_t> b = {0x00, 0x40, 0x00, 0xbc, 0x00, 0x00, 0x01, 0x00};  // d = 2, m = -1; bit 16 of qh
     const auto qs = nibble_ramp();
     b.insert(b.end(), qs.begin(), qs.end());
-    const auto v = decode(tensor_type::q5_1, b, 32);
+    const auto v = decode_checked(tensor_type::q5_1, b, 32);
     // x = d * q + m
     EXPECT_EQ(v[0], -1.0f);
     EXPECT_EQ(v[15], 29.0f);
@@ -190,7 +190,7 @@ TEST(kernels_block_layout, Q5_1IsScaleOffsetFifthBitsThenNibbles) {
 TEST(kernels_block_layout, Q8_1IsScaleSumThenSignedBytes) {
     std::vector<uint8_t> b = {0x00, 0x38, 0x00, 0x3c};  // d = 0.5; s (= 1) is not used to decode
     for (int j = 0; j < 32; ++j) b.push_back(static_cast<uint8_t>(static_cast<int8_t>(j - 16)));
-    const auto v = decode(tensor_type::q8_1, b, 32);
+    const auto v = decode_checked(tensor_type::q8_1, b, 32);
     EXPECT_EQ(v[0], -8.0f);
     EXPECT_EQ(v[31], 7.5f);
 }
@@ -199,7 +199,7 @@ TEST(kernels_block_layout, Iq4NlIndexesTheNonLinearTable) {
     std::vector<uint8_t> b = {0x00, 0x3c};  // d = 1
     const auto qs = nibble_ramp();
     b.insert(b.end(), qs.begin(), qs.end());
-    const auto v = decode(tensor_type::iq4_nl, b, 32);
+    const auto v = decode_checked(tensor_type::iq4_nl, b, 32);
     const float table[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
     for (int j = 0; j < 16; ++j) {
         EXPECT_EQ(v[j], table[j]) << j;
@@ -211,7 +211,7 @@ TEST(kernels_block_layout, Mxfp4IsE8M0ExponentThenE2M1Nibbles) {
     std::vector<uint8_t> b = {127};  // scale 2^(127 - 127) for E2M1 values
     const auto qs = nibble_ramp();
     b.insert(b.end(), qs.begin(), qs.end());
-    const auto v = decode(tensor_type::mxfp4, b, 32);
+    const auto v = decode_checked(tensor_type::mxfp4, b, 32);
     const float e2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, 0, -0.5f, -1, -1.5f, -2, -3, -4, -6};  // code 8 is -0
     for (int j = 0; j < 16; ++j) {
         EXPECT_EQ(v[j], e2m1[j]) << j;
@@ -219,9 +219,9 @@ TEST(kernels_block_layout, Mxfp4IsE8M0ExponentThenE2M1Nibbles) {
     }
     // Extreme exponents: e = 1 scales by 2^-127 (an f32 subnormal, as ggml reads it).
     b[0] = 1;
-    EXPECT_EQ(decode(tensor_type::mxfp4, b, 32)[7], 6.0f * 0x1p-126f);
+    EXPECT_EQ(decode_checked(tensor_type::mxfp4, b, 32)[7], 6.0f * 0x1p-126f);
     b[0] = 254;
-    EXPECT_EQ(decode(tensor_type::mxfp4, b, 32)[1], 0x1p126f);
+    EXPECT_EQ(decode_checked(tensor_type::mxfp4, b, 32)[1], 0x1p126f);
 }
 
 // scales[j] = sc_j | m_j << 4 with sc_j = j % 15 + 1, m_j = j; d = 0.5, dmin = 0.25;
@@ -231,7 +231,7 @@ TEST(kernels_block_layout, Q2_KTwoBitCodesFourBitScalesAndMins) {
     for (int j = 0; j < 16; ++j) b.push_back(static_cast<uint8_t>((j % 15 + 1) | (j << 4)));
     for (int i = 0; i < 64; ++i) b.push_back(static_cast<uint8_t>(i));
     b.insert(b.end(), {0x00, 0x38, 0x00, 0x34});
-    const auto v = decode(tensor_type::q2_k, b, 256);
+    const auto v = decode_checked(tensor_type::q2_k, b, 256);
     // value = (d * sc) * q - dmin * m
     EXPECT_EQ(v[0], 0.5f * 1 * 0 - 0.25f * 0);
     EXPECT_EQ(v[3], 0.5f * 1 * 3 - 0);       // qs[3] & 3
@@ -258,7 +258,7 @@ TEST(kernels_block_layout, Q3_KHighBitMaskAndSixBitScales) {
     scales[8] = 0xe4;
     b.insert(b.end(), scales.begin(), scales.end());
     b.insert(b.end(), {0x00, 0x3c});
-    const auto v = decode(tensor_type::q3_k, b, 256);
+    const auto v = decode_checked(tensor_type::q3_k, b, 256);
     // value = (d * (s - 32)) * (low + 4 * high - 4)
     EXPECT_EQ(v[0], -31.0f * -1);    // low 3, hmask[0] bit 0 clear
     EXPECT_EQ(v[1], -31.0f * 3);     // hmask[1] bit 0 set
@@ -278,7 +278,7 @@ TEST(kernels_block_layout, Q5_KAddsAFifthBitPerValueToQ4_K) {
     std::vector<uint8_t> b(q4.begin(), q4.begin() + 16);
     for (int l = 0; l < 32; ++l) b.push_back(l % 2 == 0 ? 0x55 : 0xaa);
     b.insert(b.end(), q4.begin() + 16, q4.end());
-    const auto v = decode(tensor_type::q5_k, b, 256);
+    const auto v = decode_checked(tensor_type::q5_k, b, 256);
     EXPECT_EQ(v[0], 1 * 16 - 0.5f * 5);    // low nibble 0, l = 0 even: + 16
     EXPECT_EQ(v[1], 1 * 1 - 0.5f * 5);     // low nibble 1, l = 1 odd
     EXPECT_EQ(v[33], 2 * 30 - 0.5f * 6);   // high nibble of qs[1] = 14, l = 1 odd: + 16
@@ -299,7 +299,7 @@ TEST(kernels_block_layout, Iq4XsSixBitScalesAndTableIndices) {
     std::vector<uint8_t> b = {0x00, 0x3c, 0x55, 0xaa, 0x74, 0xda, 0x30, 0x96};
     const auto qs = nibble_ramp();
     for (int j = 0; j < 8; ++j) b.insert(b.end(), qs.begin(), qs.end());
-    const auto v = decode(tensor_type::iq4_xs, b, 256);
+    const auto v = decode_checked(tensor_type::iq4_xs, b, 256);
     const float table[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
     EXPECT_EQ(v[0], -12.0f * -127);
     EXPECT_EQ(v[47], -9.0f * 113);
@@ -314,7 +314,7 @@ TEST(kernels_block_layout, Q8_KIsF32ScaleSignedBytesThenSums) {
     std::vector<uint8_t> b = {0x00, 0x00, 0x00, 0x3f};  // d = 0.5 (f32)
     for (int j = 0; j < 256; ++j) b.push_back(static_cast<uint8_t>(j));  // int8: 0..127, -128..-1
     b.resize(q8_k_block_bytes, 0);  // bsums are not used to decode
-    const auto v = decode(tensor_type::q8_k, b, 256);
+    const auto v = decode_checked(tensor_type::q8_k, b, 256);
     EXPECT_EQ(v[1], 0.5f);
     EXPECT_EQ(v[127], 63.5f);
     EXPECT_EQ(v[128], -64.0f);

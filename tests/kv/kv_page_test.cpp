@@ -10,7 +10,7 @@
 namespace skippy {
 namespace {
 
-kv_geometry tiny_geometry() {
+kv_geometry two_layer_geometry() {
     kv_geometry g;
     g.n_layers = 2;
     g.kv_dim = 2;
@@ -57,7 +57,7 @@ bool same_rows(const kv_sequence & a, const kv_sequence & b, int64_t n_tokens) {
 }
 
 TEST(kv_page, GoldenBytesOfATwoTokenPage) {
-    kv_pool pool(tiny_geometry(), 5);
+    kv_pool pool(two_layer_geometry(), 5);
     kv_sequence s(pool);
     fill(s, 5);
     auto page = export_page(s, 3, 5, 1, 2);
@@ -75,7 +75,7 @@ TEST(kv_page, GoldenBytesOfATwoTokenPage) {
 }
 
 TEST(kv_page, ExportThenImportReproducesTheRowsByteForByte) {
-    kv_pool pool(tiny_geometry(), 5);
+    kv_pool pool(two_layer_geometry(), 5);
     kv_sequence src(pool), dst(pool);
     fill(src, 7);
     // Two pages: [0,4) and [4,7); the second starts inside dst's second block.
@@ -90,7 +90,7 @@ TEST(kv_page, ExportThenImportReproducesTheRowsByteForByte) {
 }
 
 TEST(kv_page, FlippedByteIsAnIntegrityErrorAndNothingIsWritten) {
-    kv_pool pool(tiny_geometry(), 5);
+    kv_pool pool(two_layer_geometry(), 5);
     kv_sequence src(pool), dst(pool);
     fill(src, 4);
     auto page = export_page(src, 3, 5, 0, 4);
@@ -106,7 +106,7 @@ TEST(kv_page, FlippedByteIsAnIntegrityErrorAndNothingIsWritten) {
 }
 
 TEST(kv_page, EveryTruncationIsRefusedWithoutACrash) {
-    kv_pool pool(tiny_geometry(), 5);
+    kv_pool pool(two_layer_geometry(), 5);
     kv_sequence src(pool), dst(pool);
     fill(src, 3);
     auto page = export_page(src, 3, 5, 0, 3);
@@ -119,7 +119,7 @@ TEST(kv_page, EveryTruncationIsRefusedWithoutACrash) {
 }
 
 TEST(kv_page, HeaderFieldsAreCheckedBeforeUse) {
-    kv_pool pool(tiny_geometry(), 5);
+    kv_pool pool(two_layer_geometry(), 5);
     kv_sequence src(pool), dst(pool);
     fill(src, 2);
     auto page = export_page(src, 3, 5, 0, 2);
@@ -142,7 +142,7 @@ TEST(kv_page, HeaderFieldsAreCheckedBeforeUse) {
 }
 
 TEST(kv_page, GeometryMismatchIsRefused) {
-    kv_pool pool(tiny_geometry(), 5);
+    kv_pool pool(two_layer_geometry(), 5);
     kv_sequence src(pool), dst(pool);
     fill(src, 2);
     auto page = export_page(src, 3, 5, 0, 2);
@@ -150,7 +150,7 @@ TEST(kv_page, GeometryMismatchIsRefused) {
     EXPECT_EQ(import_page(dst, *page, {2, 4, 2, kv_dtype::f32}).code(), error_code::invalid_data);  // other layers
     EXPECT_EQ(import_page(dst, *page, {3, 5, 2, kv_dtype::f16}).code(), error_code::invalid_data);  // other dtype
 
-    kv_geometry f16 = tiny_geometry();
+    kv_geometry f16 = two_layer_geometry();
     f16.dtype = kv_dtype::f16;
     kv_pool pool16(f16, 5);
     kv_sequence dst16(pool16);
@@ -159,7 +159,7 @@ TEST(kv_page, GeometryMismatchIsRefused) {
 }
 
 TEST(kv_page, ImportRequiresTheSessionToEndWhereThePageStarts) {
-    kv_pool pool(tiny_geometry(), 5);
+    kv_pool pool(two_layer_geometry(), 5);
     kv_sequence src(pool), dst(pool);
     fill(src, 6);
     auto tail = export_page(src, 3, 5, 4, 2);
@@ -169,7 +169,7 @@ TEST(kv_page, ImportRequiresTheSessionToEndWhereThePageStarts) {
 }
 
 TEST(kv_page, ExportRefusesRangesOutsideTheSequence) {
-    kv_pool pool(tiny_geometry(), 5);
+    kv_pool pool(two_layer_geometry(), 5);
     kv_sequence s(pool);
     fill(s, 3);
     EXPECT_EQ(export_page(s, 3, 5, 2, 2).error().code(), error_code::invalid_argument);
@@ -181,7 +181,7 @@ TEST(kv_page, ExportRefusesRangesOutsideTheSequence) {
 }
 
 TEST(kv_page, ExhaustedPoolLeavesTheSessionAtTokenStart) {
-    kv_pool pool(tiny_geometry(), 5);
+    kv_pool pool(two_layer_geometry(), 5);
     kv_sequence src(pool), dst(pool);
     fill(src, 12);  // 3 blocks; 2 free
     auto page = export_page(src, 3, 5, 0, 12);
@@ -192,7 +192,7 @@ TEST(kv_page, ExhaustedPoolLeavesTheSessionAtTokenStart) {
 }
 
 TEST(kv_page, ImportOverASharedPartialBlockCopiesOnWrite) {
-    kv_pool pool(tiny_geometry(), 5);
+    kv_pool pool(two_layer_geometry(), 5);
     kv_sequence owner(pool), s(pool);
     fill(owner, 6);
     // s shares owner's blocks for positions [0,2): [b0: 0 1 | 2 3 owner-only]

@@ -8,7 +8,7 @@
 namespace skippy {
 namespace {
 
-kv_geometry tiny_geometry() {
+kv_geometry one_layer_geometry() {
     kv_geometry g;
     g.n_layers = 1;
     g.kv_dim = 2;
@@ -40,7 +40,7 @@ void check_invariants(const kv_pool & pool) {
 }
 
 TEST(kv_pool, GeometrySizesFollowTheLayout) {
-    kv_geometry g = tiny_geometry();
+    kv_geometry g = one_layer_geometry();
     EXPECT_EQ(g.row_bytes(), 8u);
     EXPECT_EQ(g.layer_bytes(), 64u);
     EXPECT_EQ(g.block_bytes(), 64u);
@@ -50,7 +50,7 @@ TEST(kv_pool, GeometrySizesFollowTheLayout) {
 }
 
 TEST(kv_pool, AllocatesUntilExhaustedThenReportsUnavailable) {
-    kv_pool pool(tiny_geometry(), 5);
+    kv_pool pool(one_layer_geometry(), 5);
     for (int i = 0; i < 5; ++i) ASSERT_TRUE(pool.allocate().is_ok());
     auto none = pool.allocate();
     ASSERT_FALSE(none.is_ok());
@@ -59,7 +59,7 @@ TEST(kv_pool, AllocatesUntilExhaustedThenReportsUnavailable) {
 }
 
 TEST(kv_pool, ReleasedBlocksReturnToTheFreeList) {
-    kv_pool pool(tiny_geometry(), 2);
+    kv_pool pool(one_layer_geometry(), 2);
     kv_block_id a = *pool.allocate();
     pool.retain(a);
     pool.release(a);
@@ -70,7 +70,7 @@ TEST(kv_pool, ReleasedBlocksReturnToTheFreeList) {
 }
 
 TEST(kv_sequence, WritesGrowTheBlockTable) {
-    kv_pool pool(tiny_geometry(), 5);
+    kv_pool pool(one_layer_geometry(), 5);
     kv_sequence s(pool);
     // positions 0..5 -> blocks [b0: 0 1 2 3][b1: 4 5 . .]
     ASSERT_TRUE(s.prepare_write(0, 6).is_ok());
@@ -86,7 +86,7 @@ TEST(kv_sequence, WritesGrowTheBlockTable) {
 }
 
 TEST(kv_sequence, GapsAreRefused) {
-    kv_pool pool(tiny_geometry(), 5);
+    kv_pool pool(one_layer_geometry(), 5);
     kv_sequence s(pool);
     status st = s.prepare_write(3, 1);
     EXPECT_EQ(st.code(), error_code::invalid_argument);
@@ -94,7 +94,7 @@ TEST(kv_sequence, GapsAreRefused) {
 }
 
 TEST(kv_sequence, ExhaustionLeavesNoLeakedBlocks) {
-    kv_pool pool(tiny_geometry(), 5);
+    kv_pool pool(one_layer_geometry(), 5);
     kv_sequence s(pool);
     ASSERT_TRUE(s.prepare_write(0, 8).is_ok());  // 2 blocks
     status st = s.prepare_write(8, 16);          // needs 4 more, only 3 free
@@ -105,7 +105,7 @@ TEST(kv_sequence, ExhaustionLeavesNoLeakedBlocks) {
 }
 
 TEST(kv_sequence, RewritingEarlierPositionsDropsLaterOnes) {
-    kv_pool pool(tiny_geometry(), 5);
+    kv_pool pool(one_layer_geometry(), 5);
     kv_sequence s(pool);
     ASSERT_TRUE(s.prepare_write(0, 10).is_ok());  // 3 blocks
     ASSERT_TRUE(s.prepare_write(3, 1).is_ok());
@@ -116,7 +116,7 @@ TEST(kv_sequence, RewritingEarlierPositionsDropsLaterOnes) {
 }
 
 TEST(kv_sequence, SharedPartialBlockIsCopiedOnWrite) {
-    kv_pool pool(tiny_geometry(), 5);
+    kv_pool pool(one_layer_geometry(), 5);
     kv_sequence owner(pool);
     ASSERT_TRUE(owner.prepare_write(0, 6).is_ok());
     for (int p = 0; p < 6; ++p) write_pos(owner, p, static_cast<float>(p));
@@ -146,7 +146,7 @@ TEST(kv_sequence, SharedPartialBlockIsCopiedOnWrite) {
 }
 
 TEST(kv_sequence, DestroyingSequencesFreesEverything) {
-    kv_pool pool(tiny_geometry(), 5);
+    kv_pool pool(one_layer_geometry(), 5);
     {
         kv_sequence a(pool);
         ASSERT_TRUE(a.prepare_write(0, 9).is_ok());

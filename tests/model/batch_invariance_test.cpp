@@ -8,19 +8,7 @@
 namespace skippy::testing {
 namespace {
 
-std::vector<token_id> sample_ids(int n, int32_t n_vocab) {
-    std::vector<token_id> ids;
-    uint32_t x = 12345;
-    for (int i = 0; i < n; ++i) {
-        x = x * 1103515245u + 12345u;
-        ids.push_back(static_cast<token_id>((x >> 8) % static_cast<uint32_t>(n_vocab)));
-    }
-    return ids;
-}
 
-bool bitwise_equal(const std::vector<float> & a, const std::vector<float> & b) {
-    return a.size() == b.size() && !a.empty() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 struct invariance_case {
     const char * name;
@@ -44,7 +32,7 @@ TEST_P(batch_invariance, LogitsAreBitwiseEqualAcrossChunkingAndThreads) {
     o.type = c.type;
     auto file = synthetic_model(o);
     ASSERT_NE(file, nullptr);
-    const auto ids = sample_ids(70, o.n_vocab);  // spans several KV blocks, a partial last one
+    const auto ids = sample_ids(70, o.n_vocab, 12345u);  // spans several KV blocks, a partial last one
 
     const auto reference = eval_logits(file, ids, {0, 1, c.kv});
     ASSERT_FALSE(reference.empty());
@@ -93,7 +81,7 @@ TEST(model_forward, BatchLongerThanOnePassEqualsChunks) {
     o.n_embd = 64; o.n_layer = 2; o.n_head = 4; o.n_head_kv = 2; o.n_ff = 256; o.n_vocab = 300; o.type = "Q4_0";
     auto file = synthetic_model(o);
     ASSERT_NE(file, nullptr);
-    const auto ids = sample_ids(300, o.n_vocab);
+    const auto ids = sample_ids(300, o.n_vocab, 12345u);
     const auto whole = eval_logits(file, ids, {0, 2, kv_dtype::f16});
     EXPECT_TRUE(bitwise_equal(whole, eval_logits(file, ids, {37, 2, kv_dtype::f16})));
 }

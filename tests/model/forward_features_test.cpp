@@ -15,19 +15,7 @@
 namespace skippy::testing {
 namespace {
 
-bool bitwise_equal(const std::vector<float> & a, const std::vector<float> & b) {
-    return a.size() == b.size() && !a.empty() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
-std::vector<token_id> sample_ids(int n, int32_t n_vocab) {
-    std::vector<token_id> ids;
-    uint32_t x = 777;
-    for (int i = 0; i < n; ++i) {
-        x = x * 1103515245u + 12345u;
-        ids.push_back(static_cast<token_id>((x >> 8) % static_cast<uint32_t>(n_vocab)));
-    }
-    return ids;
-}
 
 // Logits of `ids` run as two stages, layers [0, split) and [split, n_layer), the
 // second one holding the head.
@@ -76,7 +64,7 @@ TEST_P(tied_head, FallsBackToTokenEmbd) {
     ASSERT_NE(explicit_head, nullptr);
     ASSERT_EQ(tied->find_tensor("output.weight"), nullptr);
 
-    const auto ids = sample_ids(20, o.n_vocab);
+    const auto ids = sample_ids(20, o.n_vocab, 777u);
     const auto want = eval_logits(explicit_head, ids, {});
     const auto got = eval_logits(tied, ids, {});
     ASSERT_FALSE(want.empty());
@@ -255,7 +243,7 @@ void expect_rope(const rope_case & c, const reference_rope & right, const refere
     if (c.edit) c.edit(*w);
     auto file = parse(*w);
     ASSERT_NE(file, nullptr);
-    const auto ids = sample_ids(24, c.o.n_vocab);
+    const auto ids = sample_ids(24, c.o.n_vocab, 777u);
     const auto got = eval_logits(file, ids, {0, 1, kv_dtype::f32});
     ASSERT_FALSE(got.empty());
     const double err = max_abs_diff(got, reference_logits(*file, c.o, ids, right));
@@ -322,7 +310,7 @@ TEST(rope, Llama3FrequencyFactorsDivideTheAngles) {
     ASSERT_NE(file, nullptr);
     reference_rope right{0, 5e5, 1};
     right.factors.assign(factors.begin(), factors.end());
-    const auto ids = sample_ids(24, o.n_vocab);
+    const auto ids = sample_ids(24, o.n_vocab, 777u);
     const auto got = eval_logits(file, ids, {0, 1, kv_dtype::f32});
     EXPECT_LT(max_abs_diff(got, reference_logits(*file, o, ids, right)), k_tolerance);
     EXPECT_GT(max_abs_diff(got, reference_logits(*file, o, ids, {0, 5e5, 1})), k_far);
@@ -375,7 +363,7 @@ TEST(rope, AllTogetherWithATiedHead) {
     ASSERT_NE(full, nullptr);
     auto file = parse(copy_without(*full, "output.weight"));
     ASSERT_NE(file, nullptr);
-    const auto ids = sample_ids(24, o.n_vocab);
+    const auto ids = sample_ids(24, o.n_vocab, 777u);
     const auto got = eval_logits(file, ids, {0, 1, kv_dtype::f32});
     EXPECT_LT(max_abs_diff(got, reference_logits(*file, o, ids, {12, 5e5, 0.5})), k_tolerance);
     EXPECT_GT(max_abs_diff(got, reference_logits(*file, o, ids, {16, 5e5, 0.5})), k_far);

@@ -6,10 +6,27 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <memory>
 #include <vector>
 
 namespace skippy::testing {
+
+// Same length, not empty, same bits.
+inline bool bitwise_equal(const std::vector<float> & a, const std::vector<float> & b) {
+    return a.size() == b.size() && !a.empty() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// n deterministic token ids below n_vocab (a linear congruential sequence from seed).
+inline std::vector<token_id> sample_ids(int n, int32_t n_vocab, uint32_t seed) {
+    std::vector<token_id> ids;
+    uint32_t x = seed;
+    for (int i = 0; i < n; ++i) {
+        x = x * 1103515245u + 12345u;
+        ids.push_back(static_cast<token_id>((x >> 8) % static_cast<uint32_t>(n_vocab)));
+    }
+    return ids;
+}
 
 inline std::shared_ptr<const gguf::file> parse(const gguf::writer & w) {
     auto f = gguf::file::from_bytes(w.to_bytes());

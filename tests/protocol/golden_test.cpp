@@ -15,7 +15,7 @@ using testing::from_hex;
 using testing::normalize_hex;
 using testing::to_hex;
 
-const protocol_limits limits;
+using testing::limits;
 
 // request_id 0x0102030405060708, session_id 0x1112131415161718, little-endian.
 const std::string ids_hex = "0807060504030201 1817161514131211";

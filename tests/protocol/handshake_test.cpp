@@ -2,6 +2,7 @@
 // answer.
 #include "protocol/protocol.h"
 #include "sample_messages.h"
+#include "test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +11,7 @@
 namespace skippy::protocol {
 namespace {
 
-const protocol_limits limits;
+using testing::limits;
 
 TEST(protocol_handshake, MatchingVersionAndAuthModeIsAccepted) {
     hello h = testing::sample_hello();

@@ -19,7 +19,7 @@ using testing::patch_u32;
 using testing::patch_u64;
 using testing::reframe;
 
-const protocol_limits limits;
+using testing::limits;
 
 // Byte offsets from docs/protocol.md.
 constexpr size_t at_kind = 4, at_flags = 6, at_token_count = 32, at_tokens = 140;
@@ -28,13 +28,7 @@ constexpr size_t at_activation = at_tokens + 12;
 // In sample_configure_generation(): 2 tokens, then the generation config.
 constexpr size_t at_generation = at_tokens + 8;
 
-template <typename T>
-void expect_refused(const result<T> & res, std::string_view field, error_code code = error_code::invalid_data) {
-    ASSERT_FALSE(res.is_ok()) << "accepted; expected a complaint about " << field;
-    EXPECT_EQ(res.error().code(), code) << res.error().to_string();
-    EXPECT_NE(res.error().message().find(field), std::string::npos)
-        << "message does not name " << field << ": " << res.error().to_string();
-}
+using testing::expect_refused;
 
 // ---------------------------------------------------------------------------------
 // handshake

@@ -13,7 +13,7 @@
 namespace skippy::protocol {
 namespace {
 
-const protocol_limits limits;
+using testing::limits;
 
 // ---------------------------------------------------------------------------------
 // stats

@@ -19,20 +19,15 @@ using testing::patch_u32;
 using testing::patch_u64;
 using testing::reframe;
 
-const protocol_limits limits;
+using testing::limits;
 
 // Offsets in sample_step(): the header, entry 0 (one token), entry 1 (two tokens).
-constexpr size_t at_flags = 6, at_n_entries = 20, at_entry0 = step_fixed_bytes;
+constexpr size_t at_step_flags = 6, at_n_entries = 20, at_entry0 = step_fixed_bytes;
 constexpr size_t at_entry1 = at_entry0 + step_entry_fixed_bytes + 4;
 // Within an entry (a request's fixed part less its 4-byte length).
 constexpr size_t entry_kind = 0, entry_flags = 2, entry_session = 12, entry_token_count = 28, entry_phase = 34;
 
-template <typename T>
-void expect_refused(const result<T> & res, std::string_view field, error_code code = error_code::invalid_data) {
-    ASSERT_FALSE(res.is_ok()) << "accepted; expected a complaint about " << field;
-    EXPECT_EQ(res.error().code(), code) << res.error().to_string();
-    EXPECT_NE(res.error().message().find(field), std::string::npos) << "message does not name " << field << ": " << res.error().to_string();
-}
+using testing::expect_refused;
 
 step_frame as_received(step_frame s) {
     s.activation.dtype = choose_activation_dtype(s.activation.values, s.activation.dtype);
@@ -105,7 +100,7 @@ TEST(protocol_step, OnlyPrefillAndDecodeEntries) {
 
 TEST(protocol_step, FlagsAreChecked) {
     auto bytes = encode_step(testing::sample_step());
-    patch_u16(bytes, at_flags, 0);
+    patch_u16(bytes, at_step_flags, 0);
     expect_refused(decode_step(bytes, limits), "flags");
     auto entry = encode_step(testing::sample_step());
     patch_u16(entry, at_entry1 + entry_flags, 2);

@@ -4,6 +4,8 @@
 
 #include "protocol/protocol.h"
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <ostream>
 #include <span>
@@ -62,6 +64,18 @@ inline std::vector<uint8_t> from_hex(std::string_view hex) {
 inline request as_received(request r) {
     if (r.activation) r.activation->dtype = choose_activation_dtype(r.activation->values, r.activation->dtype);
     return r;
+}
+
+// The default limits, as a stage runs with them.
+inline const protocol_limits limits{};
+
+// A refusal: not ok, with `code`, and a message that names `field`.
+template <typename T>
+void expect_refused(const result<T> & res, std::string_view field, error_code code = error_code::invalid_data) {
+    ASSERT_FALSE(res.is_ok()) << "accepted; expected a complaint about " << field;
+    EXPECT_EQ(res.error().code(), code) << res.error().to_string();
+    EXPECT_NE(res.error().message().find(field), std::string::npos)
+        << "message does not name " << field << ": " << res.error().to_string();
 }
 
 }  // namespace skippy::protocol::testing

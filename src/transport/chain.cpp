@@ -484,8 +484,14 @@ result<token_id> chain_pipeline::wait_for_token(int32_t lane, uint64_t request_i
         const int fds[2] = {ret->fd(), ls.forward.fd()};
         const int ready = wait_readable(fds, deadline);
         if (ready < 0) {
-            return fail_lane(lane, make_error(error_code::timed_out, "the predicted token did not arrive within its deadline: a stage "
-                                                                     "is stuck or unreachable"));
+            // A stuck stage usually fails the batch link first (its acks are due sooner)
+            // and that reason, naming the stage, wins in fail_lane; without one the token
+            // is missing from the final stage: name it.
+            const int32_t last = topo_.n_stages() - 1;
+            return fail_lane(lane, make_error(error_code::timed_out, "stage " + std::to_string(last) + " (" +
+                                                                         topo_.stages[static_cast<size_t>(last)].address.to_string() +
+                                                                         ", return) did not send the predicted token within its "
+                                                                         "deadline: the stage is stuck or unreachable"));
         }
         if (ready == 1) {
             // Nothing but an Error travels up a lane's forward link while it decodes.

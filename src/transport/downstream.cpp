@@ -36,8 +36,17 @@ std::string budget_text(const liveness_options & o, int64_t n_tokens, int32_t n_
 }  // namespace
 
 status downstream_link::read_one(uint64_t want_id, protocol::reply * out, clock::time_point deadline) {
+    return read_frame(want_id, out, deadline, nullptr);
+}
+
+status downstream_link::read_frame(uint64_t want_id, protocol::reply * out, clock::time_point deadline, bool * our_deadline) {
+    if (our_deadline) *our_deadline = false;
     auto read = link_.read_reply(deadline);
-    if (!read.is_ok()) return read.error();
+    if (!read.is_ok()) {
+        // Nothing arrived in time: our deadline, not a timeout the peer reported.
+        if (our_deadline) *our_deadline = read.error().code() == error_code::timed_out && link_.connected();
+        return read.error();
+    }
     protocol::reply r = std::move(read).value();
     if (r.kind == message_kind::error) return protocol::error_reply_status(r);
     if (out && r.request_id == want_id) {
@@ -55,8 +64,11 @@ status downstream_link::read_one(uint64_t want_id, protocol::reply * out, clock:
 
 status downstream_link::read_oldest_ack() {
     const pending_ack oldest = outstanding_.front();
-    const status st = read_one(0, nullptr, oldest.ack_deadline);
-    if (st.code() != error_code::timed_out || !link_.connected()) return st;
+    bool ours = false;
+    const status st = read_frame(0, nullptr, oldest.ack_deadline, &ours);
+    // A stage below that timed out reports it in an Error naming the stuck stage: that
+    // reason stands; only our own deadline is described here.
+    if (!ours) return st;
     return make_error(error_code::timed_out, link_.peer_name() + " did not acknowledge a request within its deadline (" +
                                                  budget_text(link_.options().liveness, oldest.n_tokens, 1) +
                                                  "): the stage is stuck or unreachable");
@@ -81,8 +93,9 @@ status downstream_link::roundtrip(const protocol::request & r, protocol::reply &
     SKIPPY_TRY(link_.send_request(r));
     if (forward_us) *forward_us = measured_us_since(t0);
     const int64_t n_tokens = static_cast<int64_t>(r.tokens.size());
-    const status st = read_one(r.request_id, &reply, clock::now() + step_budget(link_.options().liveness, n_tokens, n_hops_));
-    if (st.code() != error_code::timed_out) return st;
+    bool ours = false;
+    const status st = read_frame(r.request_id, &reply, clock::now() + step_budget(link_.options().liveness, n_tokens, n_hops_), &ours);
+    if (!ours) return st;  // as in read_oldest_ack: a timeout a stage below reported keeps its reason
     return make_error(error_code::timed_out, link_.peer_name() + " did not answer " + std::string(protocol::message_kind_name(r.kind)) +
                                                  " within its deadline (" + budget_text(link_.options().liveness, n_tokens, n_hops_) +
                                                  "): a stage is stuck or unreachable");

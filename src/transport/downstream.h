@@ -66,6 +66,10 @@ private:
     };
     // The credit wait for the oldest streamed request.
     status read_oldest_ack();
+    // read_one; *our_deadline (when given) says whether it failed because nothing
+    // arrived by `deadline` (as opposed to an Error reply, which may carry a timeout a
+    // stage below reported).
+    status read_frame(uint64_t want_id, protocol::reply * out, clock::time_point deadline, bool * our_deadline);
 
     const int32_t   n_hops_;
     std::deque<pending_ack> outstanding_;  // streamed requests not acknowledged yet, oldest first

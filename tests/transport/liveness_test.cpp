@@ -298,5 +298,51 @@ TEST(downstream_liveness, ASynchronousRequestTimesOutAfterItsBudgetOverEveryHopB
     EXPECT_GE(clock::now() - t0, step_budget(o.liveness, 0, 2)) << "gave up before every hop had its time";
 }
 
+// A next stage that answers every request with an Error: a timeout of the stage below
+// it, as a middle stage reports one.
+struct reporting_peer {
+    tcp_listener listener;
+    endpoint     ep;
+    std::thread  thread;
+
+    explicit reporting_peer(const link_options & o) {
+        auto l = tcp_listener::listen({"127.0.0.1", 0});
+        EXPECT_TRUE(l.is_ok());
+        listener = std::move(l).value();
+        ep = {"127.0.0.1", listener.port()};
+        thread = std::thread([this, o] {
+            auto s = listener.accept(3000ms);
+            if (!s.is_ok()) return;
+            tcp_socket sock = std::move(s).value();
+            auto accepted = answer_hello(sock, o, [](const protocol::hello &) { return status::ok(); });
+            if (!accepted.is_ok()) return;
+            stage_link link(std::move(sock), o, "stage 0", std::move(accepted->macs));
+            auto req = link.read_request(clock::now() + 10s);
+            if (!req.is_ok()) return;
+            const status below = make_error(error_code::timed_out, "stage 1: stage 2 (127.0.0.1:7102) did not answer stop");
+            (void)link.send_reply(protocol::make_error_reply(req->request_id, below, o.limits));
+            (void)link.read_request(clock::now() + 10s);  // until the dialer closes
+        });
+    }
+    ~reporting_peer() {
+        listener.close();
+        if (thread.joinable()) thread.join();
+    }
+};
+
+TEST(downstream_liveness, ATimeoutAStageBelowReportedKeepsItsReason) {
+    const link_options o = fast_liveness();
+    reporting_peer peer(o);
+    downstream_link link([&] { return connect_link(peer.ep, protocol::hello{}, o, "stage 1"); }, 4, /*n_hops=*/2);
+    protocol::reply reply;
+    const status st = link.roundtrip(test_util::stop_request(7), reply, nullptr);
+    EXPECT_EQ(st.code(), error_code::timed_out) << st.to_string();
+    // Not rewritten as our own deadline ("stage 1 did not answer stop within ..."): the
+    // stuck stage is the one the report names.
+    EXPECT_NE(st.message().find("stage 2 (127.0.0.1:7102)"), std::string::npos) << st.to_string();
+    EXPECT_EQ(st.message().find("within its deadline"), std::string::npos) << st.to_string();
+    link.close();
+}
+
 }  // namespace
 }  // namespace skippy::transport

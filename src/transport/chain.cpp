@@ -30,6 +30,11 @@ struct chain_pipeline::lane_state final : chain_restore::chain_i {
     chain_restore            restore;
     uint64_t                 next_request_id = 1;
     bool                     broken = true;  // (re)connect on the next begin()
+    // Whether a request holds the lane (begin() to end()). While none does, the
+    // liveness thread may heartbeat the forward link and mark the lane broken; it
+    // touches the lane only under idle_mutex with in_use false.
+    std::mutex               idle_mutex;
+    bool                     in_use = false;
     protocol::stats_block    stats;          // merged over the current request
     int32_t                  decode_step = 0;
     token_logprobs           logprobs;       // of the token the last decode returned
@@ -86,11 +91,19 @@ chain_pipeline::chain_pipeline(std::unique_ptr<stage> stage0, std::unique_ptr<st
     scheduler_ = std::make_unique<lane_scheduler>(
         stage_->n_lanes(), schedule, [this](std::span<step_item> items) { run_step(items); },
         [this](const step_observation & seen) { steps_.observe(seen.n_lanes, seen.n_tokens, seen.queue_wait_s); });
-    if (!single_stage()) acceptor_ = std::thread([this] { accept_loop(); });
+    if (!single_stage()) {
+        acceptor_ = std::thread([this] { accept_loop(); });
+        liveness_ = std::thread([this] { liveness_loop(); });
+    }
 }
 
 chain_pipeline::~chain_pipeline() {
-    stopping_.store(true);
+    {
+        std::lock_guard<std::mutex> lock(liveness_mutex_);
+        stopping_.store(true);
+    }
+    liveness_cv_.notify_all();
+    if (liveness_.joinable()) liveness_.join();
     scheduler_->stop();
     if (acceptor_.joinable()) acceptor_.join();
     listener_.close();
@@ -249,24 +262,70 @@ status chain_pipeline::fail_lane(int32_t lane, const status & why) {
     return st;
 }
 
-// An idle lane's links carry nothing until stage 0 sends: anything readable on them is
-// the peer closing (a stage restarted or died) or an Error it sent on its way out.
-bool chain_pipeline::idle_links_stale(lane_state & ls) {
-    std::vector<int> fds = {ls.forward.fd()};
+// Idle lanes, every 50 ms: heartbeats out, answers and closes in (watch_idle_lane).
+void chain_pipeline::liveness_loop() {
+    std::unique_lock<std::mutex> lock(liveness_mutex_);
+    while (!liveness_cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return stopping_.load(); })) {
+        lock.unlock();
+        for (auto & ls : lanes_) watch_idle_lane(*ls);
+        lock.lock();
+    }
+}
+
+void chain_pipeline::watch_idle_lane(lane_state & ls) {
+    std::lock_guard<std::mutex> lock(ls.idle_mutex);
+    if (ls.in_use || ls.broken || !ls.forward.connected()) return;
+    const status st = check_idle_lane(ls, /*may_send=*/true);
+    if (!st.is_ok()) drop_idle_lane(ls, st);
+}
+
+// An idle lane's links carry nothing until stage 0 sends but the answers to its
+// heartbeats: anything else readable on them is the peer closing (a stage restarted or
+// died, or a stage below did and the close travelled up) or the Error it sent on its
+// way out; a heartbeat unanswered in time is a stage that froze.
+status chain_pipeline::check_idle_lane(lane_state & ls, bool may_send) {
+    const int forward_fd = ls.forward.fd();
+    while (wait_readable(std::span<const int>(&forward_fd, 1), clock::now()) >= 0) SKIPPY_TRY(ls.forward.read_one(0, nullptr));
     {
         std::lock_guard<std::mutex> lock(ls.return_mutex);
-        if (ls.return_link) fds.push_back(ls.return_link->fd());
+        if (ls.return_link) {
+            const int fd = ls.return_link->fd();
+            if (wait_readable(std::span<const int>(&fd, 1), clock::now()) >= 0) {
+                return make_error(error_code::peer_closed, ls.return_link->peer_name() + " closed the idle lane's return link");
+            }
+        }
     }
-    return wait_readable(fds, clock::now()) >= 0;
+    bool sent = false;
+    const status st = ls.forward.check_heartbeat(clock::now(), may_send, &sent);
+    if (sent) n_lane_heartbeats_sent_.fetch_add(1);
+    return st;
+}
+
+// The idle lane is dead: re-dialed before its next request. A timeout (its heartbeat,
+// or one a stage below reported) is a stuck stage; anything else a closed one.
+void chain_pipeline::drop_idle_lane(lane_state & ls, const status & why) {
+    if (why.code() == error_code::timed_out) {
+        n_lane_heartbeat_failures_.fetch_add(1);
+        SKIPPY_LOG_WARN("stage 0: idle lane %d is dead (%s): re-dialing it before its next request", ls.index,
+                        why.to_string().c_str());
+    } else {
+        n_stale_redials_.fetch_add(1);
+        SKIPPY_LOG_INFO("stage 0: lane %d: its idle links were closed by the peer (a stage restarted?): re-dialing (%s)",
+                        ls.index, why.to_string().c_str());
+    }
+    ls.broken = true;
+    ls.forward.close();
+    std::lock_guard<std::mutex> lock(ls.return_mutex);
+    ls.return_link.reset();
 }
 
 status chain_pipeline::ensure_connected(int32_t lane) {
     lane_state & ls = *lanes_[static_cast<size_t>(lane)];
     if (!ls.broken && ls.forward.connected()) {
-        if (!idle_links_stale(ls)) return status::ok();
-        n_stale_redials_.fetch_add(1);
-        SKIPPY_LOG_INFO("stage 0: lane %d: its idle links were closed by the peer (a stage restarted?): re-dialing", lane);
-        ls.broken = true;
+        // A heartbeat still pending is answered ahead of the request's first reply.
+        const status st = check_idle_lane(ls, /*may_send=*/false);
+        if (st.is_ok()) return st;
+        drop_idle_lane(ls, st);
     }
     ls.forward.close();
     {
@@ -352,6 +411,10 @@ status chain_pipeline::begin(int32_t lane, const sampling_config & sampling, std
     if (lane < 0 || lane >= n_lanes()) return make_error(error_code::invalid_argument, "no such lane");
     SKIPPY_TRY(sampling.validate(n_vocab()));
     lane_state & ls = *lanes_[static_cast<size_t>(lane)];
+    {
+        std::lock_guard<std::mutex> lock(ls.idle_mutex);
+        ls.in_use = true;  // the liveness thread leaves it alone from here to end()
+    }
     stage_->truncate_lane(lane, 0);
     ls.n_prompt = static_cast<int64_t>(prompt_tokens.size());
     ls.decode_step = 0;
@@ -528,10 +591,13 @@ void chain_pipeline::end(int32_t lane) {
     add_cache_counters(ls.stats, ls.session.cache().stop({stop.request_id, stop.kind}));
     stage_->truncate_lane(lane, 0);
     ls.session.stop_sampling();
-    if (single_stage() || ls.broken) return;
-    protocol::reply reply;
-    status st = roundtrip(ls, std::move(stop), reply);
-    if (!st.is_ok()) (void)fail_lane(lane, st);
+    if (!single_stage() && !ls.broken) {
+        protocol::reply reply;
+        status st = roundtrip(ls, std::move(stop), reply);
+        if (!st.is_ok()) (void)fail_lane(lane, st);
+    }
+    std::lock_guard<std::mutex> lock(ls.idle_mutex);
+    ls.in_use = false;
 }
 
 int64_t chain_pipeline::cached_tokens(int32_t lane) const { return lanes_[static_cast<size_t>(lane)]->restore.restored(); }

@@ -17,11 +17,13 @@
 // full prefill inside decode().
 //
 // A lane whose links fail is marked broken: the request fails with the reason, and
-// the next begin() on that lane reconnects the chain. An idle lane is checked before
-// use (a stage that restarted closed it) and re-dialed; a reused lane that fails while
-// it is being configured (before any token) is retried once on a fresh one. Replies
-// wait at most their step budget (liveness.h), so a stuck stage fails the requests on
-// it with `timed_out`.
+// the next begin() on that lane reconnects the chain. Idle lanes (between end() and
+// the next begin()) are watched by a thread that sends heartbeats on their forward
+// links and takes what arrives on them: a close (a stage restarted or died), an Error,
+// or a heartbeat unanswered within step_base marks the lane broken, so it is re-dialed
+// before it takes a request. A reused lane that fails while it is being configured
+// (before any token) is retried once on a fresh one. Replies wait at most their step
+// budget (liveness.h), so a stuck stage fails the requests on it with `timed_out`.
 #pragma once
 
 #include "runtime/pipeline.h"
@@ -75,6 +77,11 @@ public:
     // because one went unanswered.
     int64_t n_heartbeats_sent() const { return batch_ ? batch_->n_heartbeats_sent() : 0; }
     int64_t n_heartbeat_failures() const { return batch_ ? batch_->n_heartbeat_failures() : 0; }
+    // Heartbeats sent on idle lanes' forward links, and idle lanes marked broken because
+    // one went unanswered or a stage below reported a timeout of its own heartbeat (or
+    // of anything else) on the lane. Closes found on idle lanes count as stale redials.
+    int64_t n_lane_heartbeats_sent() const { return n_lane_heartbeats_sent_.load(); }
+    int64_t n_lane_heartbeat_failures() const { return n_lane_heartbeat_failures_.load(); }
 
     // /metrics snapshots of the stages in this process (stage 0 and in-process stages;
     // external stage processes are not visible here). Thread-safe.
@@ -94,7 +101,10 @@ private:
     void register_return_link(handshake_pool::pending & p);
     status fail_lane(int32_t lane, const status & st);
     status ensure_connected(int32_t lane);
-    bool idle_links_stale(lane_state & ls);
+    void liveness_loop();
+    void watch_idle_lane(lane_state & ls);
+    status check_idle_lane(lane_state & ls, bool may_send);
+    void drop_idle_lane(lane_state & ls, const status & why);
     status configure_lane(lane_state & ls, const sampling_config & sampling, std::string_view cache_key);
     status upstream_reason(lane_state & ls, const status & fallback);
     status roundtrip(lane_state & ls, protocol::request req, protocol::reply & reply);
@@ -114,7 +124,13 @@ private:
     std::atomic<bool>                          stopping_{false};
     std::atomic<int64_t>                       n_stale_redials_{0};
     std::atomic<int64_t>                       n_retries_{0};
+    std::atomic<int64_t>                       n_lane_heartbeats_sent_{0};
+    std::atomic<int64_t>                       n_lane_heartbeat_failures_{0};
     std::thread                                acceptor_;
+    // Watches idle lanes (liveness_loop); woken to stop.
+    std::thread                                liveness_;
+    std::mutex                                 liveness_mutex_;
+    std::condition_variable                    liveness_cv_;
     handshake_pool                             handshakes_;
     std::vector<std::unique_ptr<stage_server>> servers_;
     // The lane loop: run on the scheduler thread.

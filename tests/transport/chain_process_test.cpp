@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "transport/liveness.h"
@@ -400,6 +401,61 @@ TEST_F(chain_process, HeartbeatsFindAnIdleBatchLinkToAFrozenStageBeforeARequestU
     s1->kill_now(SIGCONT);
     EXPECT_EQ(greedy_tokens(*chain, prompt, 6), reference) << "the link is re-dialed after SIGCONT";
 }
+
+// Waits (bounded) until `counter()` reaches `n`; returns its last value.
+int64_t wait_for_count(const std::function<int64_t()> & counter, int64_t n) {
+    const auto give_up = std::chrono::steady_clock::now() + 30s;
+    while (counter() < n && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(20ms);
+    return counter();
+}
+
+// Stage 1 frozen, then thawed (SIGCONT); stage 2 frozen, then killed and restarted.
+class chain_idle_freeze : public chain_process, public ::testing::WithParamInterface<int> {};
+
+TEST_P(chain_idle_freeze, HeartbeatsFindIdleLanesToAFrozenStageBeforeAnyRequestAndTheNextEightSucceed) {
+    const int frozen = GetParam();
+    const std::string topo_path = write_topology("idle-freeze" + std::to_string(frozen));
+    const std::vector<std::string> flags = {"--stage-step-timeout-ms", "1000", "--stage-heartbeat-ms", "100"};
+    std::unique_ptr<background_process> stages[3];
+    stages[1] = start_stage(topo_path, 1, flags, 8);
+    stages[2] = start_stage(topo_path, 2, flags, 8);
+    transport::chain_options co = fast_deadline_options();
+    co.link.liveness.heartbeat_interval = std::chrono::milliseconds(100);
+    auto chain = local_stage0(topo_path, 8, co);
+    ASSERT_NE(chain, nullptr);
+    const std::vector<token_id> prompt = {1, 70, 71, 72, 73};
+    const auto reference = greedy_tokens(*chain, prompt, 6);
+    ASSERT_EQ(reference.size(), 6u);
+    std::vector<std::string> errors;
+    for (const auto & o : concurrent_greedy(*chain, prompt, 8, 6, &errors)) EXPECT_EQ(o, reference);
+    ASSERT_TRUE(errors.empty()) << ::testing::PrintToString(errors);
+    // Every lane is connected and idle; its heartbeats go out and are answered.
+    EXPECT_GE(wait_for_count([&] { return chain->n_lane_heartbeats_sent(); }, 16), 16);
+    EXPECT_EQ(chain->n_lane_heartbeat_failures(), 0) << "a live chain answers its lanes' heartbeats";
+    const int64_t stale_before = chain->n_stale_redials();
+
+    stages[frozen]->kill_now(SIGSTOP);
+    // No request is sent: only heartbeats can find the frozen stage. Stage 1 frozen
+    // misses stage 0's; stage 2 frozen misses stage 1's, which fails each lane upstream
+    // with the reason.
+    EXPECT_EQ(wait_for_count([&] { return chain->n_lane_heartbeat_failures(); }, 8), 8)
+        << "every idle lane is found dead by its heartbeat";
+    EXPECT_EQ(chain->n_stale_redials(), stale_before) << "nothing closed: the stage is frozen";
+    if (frozen == 1) {
+        stages[frozen]->kill_now(SIGCONT);
+    } else {
+        stages[frozen]->kill_now(9);
+        EXPECT_EQ(stages[frozen]->wait(20000), 128 + 9);
+        stages[frozen] = start_stage(topo_path, frozen, flags, 8);
+    }
+    const int64_t retries_before = chain->n_retries();
+    const auto outs = concurrent_greedy(*chain, prompt, 8, 6, &errors);
+    EXPECT_TRUE(errors.empty()) << "no request may fail on a lane found dead: " << ::testing::PrintToString(errors);
+    for (const auto & o : outs) EXPECT_EQ(o, reference);
+    EXPECT_EQ(chain->n_retries(), retries_before) << "the lanes were re-dialed before use, not retried";
+}
+
+INSTANTIATE_TEST_SUITE_P(stages, chain_idle_freeze, ::testing::Values(1, 2));
 
 class chain_restart : public chain_process, public ::testing::WithParamInterface<int> {};
 

@@ -35,6 +35,9 @@ struct chain_pipeline::lane_state final : chain_restore::chain_i {
     // touches the lane only under idle_mutex with in_use false.
     std::mutex               idle_mutex;
     bool                     in_use = false;
+    // The next begin() runs a request again after it failed before its first token
+    // (retry_before_first_token): a stage may still be restarting.
+    bool                     retrying = false;
     protocol::stats_block    stats;          // merged over the current request
     int32_t                  decode_step = 0;
     token_logprobs           logprobs;       // of the token the last decode returned
@@ -55,6 +58,12 @@ struct chain_pipeline::lane_state final : chain_restore::chain_i {
 namespace {
 
 constexpr int32_t k_fallback_chunk_tokens = 512;
+
+// A connection of the chain closed, was refused or reset: a fresh lane may not meet
+// it. Not a stuck stage (timed_out), nor anything about the request or the model.
+bool lost_connection(const status & st) {
+    return st.code() == error_code::peer_closed || st.code() == error_code::unavailable;
+}
 
 }  // namespace
 
@@ -247,15 +256,17 @@ void chain_pipeline::register_return_link(handshake_pool::pending & p) {
     ls.return_ready.notify_all();
 }
 
+void chain_pipeline::close_links(lane_state & ls) {
+    ls.broken = true;
+    ls.forward.close();
+    std::lock_guard<std::mutex> lock(ls.return_mutex);
+    ls.return_link.reset();  // the final stage dials a fresh one on ConfigureGeneration
+}
+
 status chain_pipeline::fail_lane(int32_t lane, const status & why) {
     lane_state & ls = *lanes_[static_cast<size_t>(lane)];
     const status st = lane_failure(ls, why);
-    ls.broken = true;
-    ls.forward.close();
-    {
-        std::lock_guard<std::mutex> lock(ls.return_mutex);
-        ls.return_link.reset();
-    }
+    close_links(ls);
     ls.session.cache().reset();
     stage_->truncate_lane(lane, 0);
     SKIPPY_LOG_WARN("stage 0: lane %d failed: %s", lane, st.to_string().c_str());
@@ -313,10 +324,7 @@ void chain_pipeline::drop_idle_lane(lane_state & ls, const status & why) {
         SKIPPY_LOG_INFO("stage 0: lane %d: its idle links were closed by the peer (a stage restarted?): re-dialing (%s)",
                         ls.index, why.to_string().c_str());
     }
-    ls.broken = true;
-    ls.forward.close();
-    std::lock_guard<std::mutex> lock(ls.return_mutex);
-    ls.return_link.reset();
+    close_links(ls);
 }
 
 status chain_pipeline::ensure_connected(int32_t lane) {
@@ -327,11 +335,7 @@ status chain_pipeline::ensure_connected(int32_t lane) {
         if (st.is_ok()) return st;
         drop_idle_lane(ls, st);
     }
-    ls.forward.close();
-    {
-        std::lock_guard<std::mutex> lock(ls.return_mutex);
-        ls.return_link.reset();  // the final stage dials a fresh one on ConfigureGeneration
-    }
+    close_links(ls);
     SKIPPY_TRY(ls.forward.ensure_connected());
     ls.broken = false;
     return status::ok();
@@ -432,26 +436,33 @@ status chain_pipeline::begin(int32_t lane, const sampling_config & sampling, std
         return ls.restore.begin(prompt_tokens);
     }
 
-    // A lane reused from an earlier request may turn out dead only when used (its stage
-    // restarted and the close has not reached us): nothing has gone to the client yet,
-    // so it gets one more try on a freshly dialed lane.
-    const bool reused = !ls.broken && ls.forward.connected();
     status st = configure_lane(ls, sampling, cache_key);
-    if (!st.is_ok() && reused && (st.code() == error_code::peer_closed || st.code() == error_code::unavailable)) {
-        SKIPPY_LOG_INFO("stage 0: lane %d: a reused lane failed before its first token (%s): retrying on a fresh one", lane,
-                        st.to_string().c_str());
-        n_retries_.fetch_add(1);
-        (void)fail_lane(lane, st);
-        {
-            std::lock_guard<std::mutex> lock(ls.failure_mutex);
-            ls.batch_failure.reset();
+    if (ls.retrying) {
+        // The request failed before its first token (retry_before_first_token): a stage
+        // restarting refuses or closes fresh connections for a moment. Keep dialing.
+        ls.retrying = false;
+        const auto give_up = clock::now() + options_.retry_wait;
+        while (!st.is_ok() && lost_connection(st) && clock::now() < give_up && !stopping_.load()) {
+            close_links(ls);
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            ls.session.cache().configure(std::string(cache_key), mode, ls.n_prompt);
+            st = configure_lane(ls, sampling, cache_key);
         }
-        ls.session.cache().configure(std::string(cache_key), mode, ls.n_prompt);
-        st = configure_lane(ls, sampling, cache_key);
     }
     if (!st.is_ok()) return fail_lane(lane, st);
     st = ls.restore.begin(prompt_tokens);
     return st.is_ok() ? st : fail_lane(lane, st);
+}
+
+bool chain_pipeline::retry_before_first_token(int32_t lane, const status & failure) {
+    if (single_stage() || lane < 0 || lane >= n_lanes() || !lost_connection(failure) || stopping_.load()) return false;
+    lane_state & ls = *lanes_[static_cast<size_t>(lane)];
+    SKIPPY_LOG_INFO("stage 0: lane %d: the request failed before its first token (%s): running it again on a fresh lane", lane,
+                    failure.to_string().c_str());
+    n_retries_.fetch_add(1);
+    if (!ls.broken) close_links(ls);
+    ls.retrying = true;
+    return true;
 }
 
 status chain_pipeline::prefill_prompt(int32_t lane, std::span<const token_id> prompt, int32_t chunk_tokens, bool decodes) {

@@ -100,8 +100,9 @@ void add_runtime_flags(CLI::App * cmd, runtime_flags & f, int32_t default_lanes)
     add_number(cmd, "--stage-step-ms-per-token", f.stage_step_ms_per_token,
                "Slowest pace per token a stage may run at before it counts as stuck, in ms, per hop", 0, 600000)->capture_default_str();
     add_number(cmd, "--stage-heartbeat-ms", f.stage_heartbeat_ms,
-               "An idle batch link sends a heartbeat after this many ms of quiet; one unanswered within "
-               "--stage-step-timeout-ms closes the link (0: no heartbeats)", 0, 3600000)->capture_default_str();
+               "An idle stage link (a batch link, an idle lane's link) sends a heartbeat after this many ms of quiet; "
+               "one unanswered within --stage-step-timeout-ms closes the link (0: no heartbeats)", 0, 3600000)
+        ->capture_default_str();
     cmd->add_option("--kv-cache", f.kv_cache, "Prefix cache: off, record (fill only) or lookup-record")
         ->check(CLI::IsMember({"off", "record", "lookup-record"}))->capture_default_str();
     add_number(cmd, "--kv-cache-min-tokens", f.kv_cache_min_tokens, "Prefixes shorter than this are neither recorded nor restored", 1,

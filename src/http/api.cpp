@@ -600,9 +600,16 @@ api_error error_for_status(int http_status, std::string message) {
         case 413: e.type = "invalid_request_error"; e.code = "request_too_large"; break;
         case 429: e.type = "rate_limit_error"; e.code = "queue_full"; break;
         case 503: e.type = "server_error"; e.code = "service_unavailable"; break;
+        case 504: e.type = "server_error"; e.code = "stage_timeout"; break;
         default: e.type = http_status >= 500 ? "server_error" : "invalid_request_error"; break;
     }
     return e;
+}
+
+api_error error_for_pipeline_failure(const status & failure) {
+    // A gateway's answer for an upstream that did not answer in time: the client may
+    // retry (the lane is re-dialed); other failures are plain server errors.
+    return error_for_status(failure.code() == error_code::timed_out ? 504 : 500, failure.message());
 }
 
 std::optional<api_error> parse_request(std::string_view body, endpoint kind, const request_limits & limits,

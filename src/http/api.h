@@ -32,8 +32,15 @@ struct api_error {
 std::string error_body(const api_error & e);
 
 // The error a status answers with when no handler said more: 400, 404, 405, 413,
-// 429, 500, 503 get their type and code (docs/http-api.md); `message` is used as is.
+// 429, 500, 503, 504 get their type and code (docs/http-api.md); `message` is used as is.
 api_error error_for_status(int http_status, std::string message);
+
+// The error a request gets when the pipeline failed after every check passed (so it is
+// the server's failure, not the client's), decided by the status's code: `timed_out`
+// (a stage did not answer within its step deadline; the message names it) is 504 with
+// code "stage_timeout"; anything else (a stage died, non-finite logits) is 500.
+// REQUIRES: !failure.is_ok().
+api_error error_for_pipeline_failure(const status & failure);
 
 enum class endpoint { chat_completions, completions };
 

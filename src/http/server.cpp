@@ -527,8 +527,8 @@ run_outcome http_server::impl::run(generation_job & job, const std::function<boo
         SKIPPY_LOG_WARN("request %s failed: %s", job.meta.id.c_str(), st.to_string().c_str());
         // The request passed every check a stage makes (parse_request), so whatever the
         // pipeline refuses now is the server's failure, not the client's: a broken
-        // model (non-finite logits), a stage that died.
-        out.error = error_for_status(500, st.message());
+        // model (non-finite logits), a stage that died (500), a stage that froze (504).
+        out.error = error_for_pipeline_failure(st);
         return out;
     }
     out.gen = std::move(res).value();

@@ -1,6 +1,8 @@
 #include "runtime/pipeline.h"
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 
 namespace skippy {
 
@@ -89,12 +91,33 @@ double elapsed_ms(std::chrono::steady_clock::time_point since) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
 }
 
-// Ends the lane however the request leaves the loop.
+// Ends the lane however the request leaves the loop (unless released).
 struct lane_guard {
     pipeline_i & pipeline;
     int32_t      lane;
-    ~lane_guard() { pipeline.end(lane); }
+    bool         held = true;
+    ~lane_guard() {
+        if (held) pipeline.end(lane);
+    }
 };
+
+// Everything before the first token: begin(), the prompt and, when tokens are wanted,
+// the first decode (the last prompt token, which samples the first new one). Positions
+// a prefix cache restored in begin() are not computed again. On failure the lane has
+// been ended (when begin() took it); on success it is the caller's to end.
+result<std::optional<token_id>> run_to_first_token(pipeline_i & pipeline, int32_t lane, const generation_request & request) {
+    SKIPPY_TRY(pipeline.begin(lane, request.sampling, request.prompt, request.cache_key));
+    lane_guard guard{pipeline, lane};
+    const bool decodes = request.max_tokens > 0;
+    SKIPPY_TRY(pipeline.prefill_prompt(lane, request.prompt, request.prefill_chunk_tokens, decodes));
+    std::optional<token_id> first;
+    if (decodes) {
+        const int64_t last = static_cast<int64_t>(request.prompt.size()) - 1;
+        SKIPPY_ASSIGN_OR_RETURN(first, pipeline.decode(lane, last, request.prompt.back()));
+    }
+    guard.held = false;
+    return first;
+}
 
 }  // namespace
 
@@ -117,11 +140,14 @@ result<generation_result> run_generation(pipeline_i & pipeline, int32_t lane, co
 
     generation_result out;
     out.prompt_tokens = n_prompt;
-    SKIPPY_TRY(pipeline.begin(lane, request.sampling, request.prompt, request.cache_key));
+    auto first = run_to_first_token(pipeline, lane, request);
+    // Nothing has reached the caller yet (on_token, on_logprobs): the pipeline may
+    // have the request run again, once.
+    if (!first.is_ok() && pipeline.retry_before_first_token(lane, first.error())) first = run_to_first_token(pipeline, lane, request);
+    if (!first.is_ok()) return first.error();
     lane_guard guard{pipeline, lane};
-    // The last prompt token runs through decode, which samples the first new token.
-    // Positions a prefix cache restored in begin() are not computed again.
-    SKIPPY_TRY(pipeline.prefill_prompt(lane, request.prompt, request.prefill_chunk_tokens, request.max_tokens > 0));
+    // A restore that rode on the first decode may have missed (and been computed
+    // instead): cached_tokens is final only now.
     out.cached_tokens = pipeline.cached_tokens(lane);
 
     auto note_masks = [&] {
@@ -134,16 +160,17 @@ result<generation_result> run_generation(pipeline_i & pipeline, int32_t lane, co
         note_masks();
         return out;
     }
+    out.ttft_ms = elapsed_ms(t_start);
     token_id current = request.prompt.back();
     int64_t pos = n_prompt - 1;
+    std::optional<token_id> pending = *first;  // decoded at pos already
     while (static_cast<int32_t>(out.tokens.size()) < request.max_tokens) {
         if (pos >= pipeline.ctx_size()) break;  // context full: finish with "length"
-        SKIPPY_ASSIGN_OR_RETURN(token_id next, pipeline.decode(lane, pos, current));
-        if (out.tokens.empty()) {
-            out.ttft_ms = elapsed_ms(t_start);
-            // A restore that rides on the first decode may still have missed (and been
-            // computed instead): ask again.
-            out.cached_tokens = pipeline.cached_tokens(lane);
+        token_id next = 0;
+        if (pending) {
+            next = *std::exchange(pending, std::nullopt);
+        } else {
+            SKIPPY_ASSIGN_OR_RETURN(next, pipeline.decode(lane, pos, current));
         }
         if (request.is_end_of_generation && request.is_end_of_generation(next)) {
             out.finish = finish_reason::end_of_generation;
@@ -162,7 +189,6 @@ result<generation_result> run_generation(pipeline_i & pipeline, int32_t lane, co
         current = next;
         ++pos;
     }
-    if (out.tokens.empty() && out.ttft_ms == 0) out.ttft_ms = elapsed_ms(t_start);
     out.total_ms = elapsed_ms(t_start);
     note_masks();
     return out;

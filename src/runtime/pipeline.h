@@ -70,6 +70,19 @@ public:
         uint64_t record = 0;
     };
     virtual cache_stage_masks cache_masks(int32_t lane) const { (void)lane; return {}; }
+
+    // A request on `lane` failed with `failure` before its first token existed (in
+    // begin(), the prompt's prefill or the first decode), so nothing of it has reached
+    // anyone. True when running it once more from begin() is worth it: the failure
+    // was the pipeline's transport (a stage closed or could not be reached), not the
+    // request's, nor a stage that is stuck (a retry would wait its deadline again).
+    // The pipeline then gets ready to run it on a fresh lane (and counts it).
+    // run_generation asks at most once per request, after end(lane). Default: never.
+    virtual bool retry_before_first_token(int32_t lane, const status & failure) {
+        (void)lane;
+        (void)failure;
+        return false;
+    }
 };
 
 // A whole model in this process: one stage holding every layer, its lanes run by a
@@ -141,7 +154,10 @@ struct generation_result {
 
 // Runs one request on `lane`: prefill prompt[0, n-1) in chunks, then decode from the
 // last prompt token on. Errors (empty prompt, prompt + max_tokens beyond the context,
-// a stage failure) are returned; the lane is ended in every case.
+// a stage failure) are returned; the lane is ended in every case. A failure before the
+// first token is retried once from the start when the pipeline says so
+// (retry_before_first_token); the retry sees the same request (seed included), so its
+// tokens are those a clean run gives.
 result<generation_result> run_generation(pipeline_i & pipeline, int32_t lane, const generation_request & request);
 
 }  // namespace skippy

@@ -56,16 +56,10 @@ void batch_link::read_loop(stage_link * link) {
             switch (heartbeat_.poll(now, !in_flight_.empty())) {
                 case heartbeat_monitor::action::dead:
                     n_heartbeat_failures_.fetch_add(1);
-                    fail_locked(make_error(error_code::timed_out, link->peer_name() + " did not answer a heartbeat within " +
-                                                                      std::to_string(heartbeat_.answer_timeout().count()) +
-                                                                      " ms: the stage is stuck or unreachable"),
-                                lock);
+                    fail_locked(heartbeat_unanswered(link->peer_name(), heartbeat_.answer_timeout()), lock);
                     return;
                 case heartbeat_monitor::action::send: {
-                    protocol::request ping;
-                    ping.kind = message_kind::heartbeat;
-                    ping.request_id = heartbeat_.on_sent(now);
-                    ping.state.phase = protocol::message_phase::control;
+                    const protocol::request ping = heartbeat_request(heartbeat_.on_sent(now));
                     lock.unlock();
                     status st;
                     {

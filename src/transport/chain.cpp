@@ -30,6 +30,14 @@ struct chain_pipeline::lane_state final : chain_restore::chain_i {
     chain_restore            restore;
     uint64_t                 next_request_id = 1;
     bool                     broken = true;  // (re)connect on the next begin()
+    // Whether a request holds the lane (begin() to end()). While none does, the
+    // liveness thread may heartbeat the forward link and mark the lane broken; it
+    // touches the lane only under idle_mutex with in_use false.
+    std::mutex               idle_mutex;
+    bool                     in_use = false;
+    // The next begin() runs a request again after it failed before its first token
+    // (retry_before_first_token): a stage may still be restarting.
+    bool                     retrying = false;
     protocol::stats_block    stats;          // merged over the current request
     int32_t                  decode_step = 0;
     token_logprobs           logprobs;       // of the token the last decode returned
@@ -50,6 +58,12 @@ struct chain_pipeline::lane_state final : chain_restore::chain_i {
 namespace {
 
 constexpr int32_t k_fallback_chunk_tokens = 512;
+
+// A connection of the chain closed, was refused or reset: a fresh lane may not meet
+// it. Not a stuck stage (timed_out), nor anything about the request or the model.
+bool lost_connection(const status & st) {
+    return st.code() == error_code::peer_closed || st.code() == error_code::unavailable;
+}
 
 }  // namespace
 
@@ -86,11 +100,19 @@ chain_pipeline::chain_pipeline(std::unique_ptr<stage> stage0, std::unique_ptr<st
     scheduler_ = std::make_unique<lane_scheduler>(
         stage_->n_lanes(), schedule, [this](std::span<step_item> items) { run_step(items); },
         [this](const step_observation & seen) { steps_.observe(seen.n_lanes, seen.n_tokens, seen.queue_wait_s); });
-    if (!single_stage()) acceptor_ = std::thread([this] { accept_loop(); });
+    if (!single_stage()) {
+        acceptor_ = std::thread([this] { accept_loop(); });
+        liveness_ = std::thread([this] { liveness_loop(); });
+    }
 }
 
 chain_pipeline::~chain_pipeline() {
-    stopping_.store(true);
+    {
+        std::lock_guard<std::mutex> lock(liveness_mutex_);
+        stopping_.store(true);
+    }
+    liveness_cv_.notify_all();
+    if (liveness_.joinable()) liveness_.join();
     scheduler_->stop();
     if (acceptor_.joinable()) acceptor_.join();
     listener_.close();
@@ -234,45 +256,86 @@ void chain_pipeline::register_return_link(handshake_pool::pending & p) {
     ls.return_ready.notify_all();
 }
 
+void chain_pipeline::close_links(lane_state & ls) {
+    ls.broken = true;
+    ls.forward.close();
+    std::lock_guard<std::mutex> lock(ls.return_mutex);
+    ls.return_link.reset();  // the final stage dials a fresh one on ConfigureGeneration
+}
+
 status chain_pipeline::fail_lane(int32_t lane, const status & why) {
     lane_state & ls = *lanes_[static_cast<size_t>(lane)];
     const status st = lane_failure(ls, why);
-    ls.broken = true;
-    ls.forward.close();
-    {
-        std::lock_guard<std::mutex> lock(ls.return_mutex);
-        ls.return_link.reset();
-    }
+    close_links(ls);
     ls.session.cache().reset();
     stage_->truncate_lane(lane, 0);
     SKIPPY_LOG_WARN("stage 0: lane %d failed: %s", lane, st.to_string().c_str());
     return st;
 }
 
-// An idle lane's links carry nothing until stage 0 sends: anything readable on them is
-// the peer closing (a stage restarted or died) or an Error it sent on its way out.
-bool chain_pipeline::idle_links_stale(lane_state & ls) {
-    std::vector<int> fds = {ls.forward.fd()};
+// Idle lanes, every 50 ms: heartbeats out, answers and closes in (watch_idle_lane).
+void chain_pipeline::liveness_loop() {
+    std::unique_lock<std::mutex> lock(liveness_mutex_);
+    while (!liveness_cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return stopping_.load(); })) {
+        lock.unlock();
+        for (auto & ls : lanes_) watch_idle_lane(*ls);
+        lock.lock();
+    }
+}
+
+void chain_pipeline::watch_idle_lane(lane_state & ls) {
+    std::lock_guard<std::mutex> lock(ls.idle_mutex);
+    if (ls.in_use || ls.broken || !ls.forward.connected()) return;
+    const status st = check_idle_lane(ls, /*may_send=*/true);
+    if (!st.is_ok()) drop_idle_lane(ls, st);
+}
+
+// An idle lane's links carry nothing until stage 0 sends but the answers to its
+// heartbeats: anything else readable on them is the peer closing (a stage restarted or
+// died, or a stage below did and the close travelled up) or the Error it sent on its
+// way out; a heartbeat unanswered in time is a stage that froze.
+status chain_pipeline::check_idle_lane(lane_state & ls, bool may_send) {
+    const int forward_fd = ls.forward.fd();
+    while (wait_readable(std::span<const int>(&forward_fd, 1), clock::now()) >= 0) SKIPPY_TRY(ls.forward.read_one(0, nullptr));
     {
         std::lock_guard<std::mutex> lock(ls.return_mutex);
-        if (ls.return_link) fds.push_back(ls.return_link->fd());
+        if (ls.return_link) {
+            const int fd = ls.return_link->fd();
+            if (wait_readable(std::span<const int>(&fd, 1), clock::now()) >= 0) {
+                return make_error(error_code::peer_closed, ls.return_link->peer_name() + " closed the idle lane's return link");
+            }
+        }
     }
-    return wait_readable(fds, clock::now()) >= 0;
+    bool sent = false;
+    const status st = ls.forward.check_heartbeat(clock::now(), may_send, &sent);
+    if (sent) n_lane_heartbeats_sent_.fetch_add(1);
+    return st;
+}
+
+// The idle lane is dead: re-dialed before its next request. A timeout (its heartbeat,
+// or one a stage below reported) is a stuck stage; anything else a closed one.
+void chain_pipeline::drop_idle_lane(lane_state & ls, const status & why) {
+    if (why.code() == error_code::timed_out) {
+        n_lane_heartbeat_failures_.fetch_add(1);
+        SKIPPY_LOG_WARN("stage 0: idle lane %d is dead (%s): re-dialing it before its next request", ls.index,
+                        why.to_string().c_str());
+    } else {
+        n_stale_redials_.fetch_add(1);
+        SKIPPY_LOG_INFO("stage 0: lane %d: its idle links were closed by the peer (a stage restarted?): re-dialing (%s)",
+                        ls.index, why.to_string().c_str());
+    }
+    close_links(ls);
 }
 
 status chain_pipeline::ensure_connected(int32_t lane) {
     lane_state & ls = *lanes_[static_cast<size_t>(lane)];
     if (!ls.broken && ls.forward.connected()) {
-        if (!idle_links_stale(ls)) return status::ok();
-        n_stale_redials_.fetch_add(1);
-        SKIPPY_LOG_INFO("stage 0: lane %d: its idle links were closed by the peer (a stage restarted?): re-dialing", lane);
-        ls.broken = true;
+        // A heartbeat still pending is answered ahead of the request's first reply.
+        const status st = check_idle_lane(ls, /*may_send=*/false);
+        if (st.is_ok()) return st;
+        drop_idle_lane(ls, st);
     }
-    ls.forward.close();
-    {
-        std::lock_guard<std::mutex> lock(ls.return_mutex);
-        ls.return_link.reset();  // the final stage dials a fresh one on ConfigureGeneration
-    }
+    close_links(ls);
     SKIPPY_TRY(ls.forward.ensure_connected());
     ls.broken = false;
     return status::ok();
@@ -352,6 +415,10 @@ status chain_pipeline::begin(int32_t lane, const sampling_config & sampling, std
     if (lane < 0 || lane >= n_lanes()) return make_error(error_code::invalid_argument, "no such lane");
     SKIPPY_TRY(sampling.validate(n_vocab()));
     lane_state & ls = *lanes_[static_cast<size_t>(lane)];
+    {
+        std::lock_guard<std::mutex> lock(ls.idle_mutex);
+        ls.in_use = true;  // the liveness thread leaves it alone from here to end()
+    }
     stage_->truncate_lane(lane, 0);
     ls.n_prompt = static_cast<int64_t>(prompt_tokens.size());
     ls.decode_step = 0;
@@ -369,26 +436,33 @@ status chain_pipeline::begin(int32_t lane, const sampling_config & sampling, std
         return ls.restore.begin(prompt_tokens);
     }
 
-    // A lane reused from an earlier request may turn out dead only when used (its stage
-    // restarted and the close has not reached us): nothing has gone to the client yet,
-    // so it gets one more try on a freshly dialed lane.
-    const bool reused = !ls.broken && ls.forward.connected();
     status st = configure_lane(ls, sampling, cache_key);
-    if (!st.is_ok() && reused && (st.code() == error_code::peer_closed || st.code() == error_code::unavailable)) {
-        SKIPPY_LOG_INFO("stage 0: lane %d: a reused lane failed before its first token (%s): retrying on a fresh one", lane,
-                        st.to_string().c_str());
-        n_retries_.fetch_add(1);
-        (void)fail_lane(lane, st);
-        {
-            std::lock_guard<std::mutex> lock(ls.failure_mutex);
-            ls.batch_failure.reset();
+    if (ls.retrying) {
+        // The request failed before its first token (retry_before_first_token): a stage
+        // restarting refuses or closes fresh connections for a moment. Keep dialing.
+        ls.retrying = false;
+        const auto give_up = clock::now() + options_.retry_wait;
+        while (!st.is_ok() && lost_connection(st) && clock::now() < give_up && !stopping_.load()) {
+            close_links(ls);
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            ls.session.cache().configure(std::string(cache_key), mode, ls.n_prompt);
+            st = configure_lane(ls, sampling, cache_key);
         }
-        ls.session.cache().configure(std::string(cache_key), mode, ls.n_prompt);
-        st = configure_lane(ls, sampling, cache_key);
     }
     if (!st.is_ok()) return fail_lane(lane, st);
     st = ls.restore.begin(prompt_tokens);
     return st.is_ok() ? st : fail_lane(lane, st);
+}
+
+bool chain_pipeline::retry_before_first_token(int32_t lane, const status & failure) {
+    if (single_stage() || lane < 0 || lane >= n_lanes() || !lost_connection(failure) || stopping_.load()) return false;
+    lane_state & ls = *lanes_[static_cast<size_t>(lane)];
+    SKIPPY_LOG_INFO("stage 0: lane %d: the request failed before its first token (%s): running it again on a fresh lane", lane,
+                    failure.to_string().c_str());
+    n_retries_.fetch_add(1);
+    if (!ls.broken) close_links(ls);
+    ls.retrying = true;
+    return true;
 }
 
 status chain_pipeline::prefill_prompt(int32_t lane, std::span<const token_id> prompt, int32_t chunk_tokens, bool decodes) {
@@ -484,8 +558,14 @@ result<token_id> chain_pipeline::wait_for_token(int32_t lane, uint64_t request_i
         const int fds[2] = {ret->fd(), ls.forward.fd()};
         const int ready = wait_readable(fds, deadline);
         if (ready < 0) {
-            return fail_lane(lane, make_error(error_code::timed_out, "the predicted token did not arrive within its deadline: a stage "
-                                                                     "is stuck or unreachable"));
+            // A stuck stage usually fails the batch link first (its acks are due sooner)
+            // and that reason, naming the stage, wins in fail_lane; without one the token
+            // is missing from the final stage: name it.
+            const int32_t last = topo_.n_stages() - 1;
+            return fail_lane(lane, make_error(error_code::timed_out, "stage " + std::to_string(last) + " (" +
+                                                                         topo_.stages[static_cast<size_t>(last)].address.to_string() +
+                                                                         ", return) did not send the predicted token within its "
+                                                                         "deadline: the stage is stuck or unreachable"));
         }
         if (ready == 1) {
             // Nothing but an Error travels up a lane's forward link while it decodes.
@@ -522,10 +602,13 @@ void chain_pipeline::end(int32_t lane) {
     add_cache_counters(ls.stats, ls.session.cache().stop({stop.request_id, stop.kind}));
     stage_->truncate_lane(lane, 0);
     ls.session.stop_sampling();
-    if (single_stage() || ls.broken) return;
-    protocol::reply reply;
-    status st = roundtrip(ls, std::move(stop), reply);
-    if (!st.is_ok()) (void)fail_lane(lane, st);
+    if (!single_stage() && !ls.broken) {
+        protocol::reply reply;
+        status st = roundtrip(ls, std::move(stop), reply);
+        if (!st.is_ok()) (void)fail_lane(lane, st);
+    }
+    std::lock_guard<std::mutex> lock(ls.idle_mutex);
+    ls.in_use = false;
 }
 
 int64_t chain_pipeline::cached_tokens(int32_t lane) const { return lanes_[static_cast<size_t>(lane)]->restore.restored(); }

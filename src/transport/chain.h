@@ -17,11 +17,14 @@
 // full prefill inside decode().
 //
 // A lane whose links fail is marked broken: the request fails with the reason, and
-// the next begin() on that lane reconnects the chain. An idle lane is checked before
-// use (a stage that restarted closed it) and re-dialed; a reused lane that fails while
-// it is being configured (before any token) is retried once on a fresh one. Replies
-// wait at most their step budget (liveness.h), so a stuck stage fails the requests on
-// it with `timed_out`.
+// the next begin() on that lane reconnects the chain. Idle lanes (between end() and
+// the next begin()) are watched by a thread that sends heartbeats on their forward
+// links and takes what arrives on them: a close (a stage restarted or died), an Error,
+// or a heartbeat unanswered within step_base marks the lane broken, so it is re-dialed
+// before it takes a request. A request that fails before its first token because a connection was lost (while
+// the lane is configured, during prefill, at the first decode) is run once more on a
+// fresh lane (retry_before_first_token). Replies wait at most their step budget
+// (liveness.h), so a stuck stage fails the requests on it with `timed_out`.
 #pragma once
 
 #include "runtime/pipeline.h"
@@ -60,6 +63,10 @@ public:
     status prefill_prompt(int32_t lane, std::span<const token_id> prompt, int32_t chunk_tokens, bool decodes) override;
     int64_t cached_tokens(int32_t lane) const override;
     cache_stage_masks cache_masks(int32_t lane) const override;
+    // Yes for a lost connection (peer_closed, unavailable), never for timed_out or a
+    // failure of the request; the next begin() keeps re-dialing the lane for up to
+    // chain_options::retry_wait while a stage is still restarting.
+    bool retry_before_first_token(int32_t lane, const status & failure) override;
 
     // Stats merged along the chain for the lane's current (or last) request: cache hits
     // and records with their stage masks, compute maxima.
@@ -67,14 +74,19 @@ public:
     int32_t n_stages() const { return topo_.n_stages(); }
     stage_cache_host * cache_host() { return cache_.get(); }
     // Liveness counters (docs/transport.md, "Liveness"): idle lanes found closed by
-    // their peer and re-dialed before use; requests retried on a fresh lane after a
-    // reused one failed before their first token. Thread-safe.
+    // their peer and re-dialed before use; requests run again on a fresh lane after a
+    // failure before their first token. Thread-safe.
     int64_t n_stale_redials() const { return n_stale_redials_.load(); }
     int64_t n_retries() const { return n_retries_.load(); }
     // Heartbeats stage 0 sent on its batch link to stage 1, and batch links it closed
     // because one went unanswered.
     int64_t n_heartbeats_sent() const { return batch_ ? batch_->n_heartbeats_sent() : 0; }
     int64_t n_heartbeat_failures() const { return batch_ ? batch_->n_heartbeat_failures() : 0; }
+    // Heartbeats sent on idle lanes' forward links, and idle lanes marked broken because
+    // one went unanswered or a stage below reported a timeout of its own heartbeat (or
+    // of anything else) on the lane. Closes found on idle lanes count as stale redials.
+    int64_t n_lane_heartbeats_sent() const { return n_lane_heartbeats_sent_.load(); }
+    int64_t n_lane_heartbeat_failures() const { return n_lane_heartbeat_failures_.load(); }
 
     // /metrics snapshots of the stages in this process (stage 0 and in-process stages;
     // external stage processes are not visible here). Thread-safe.
@@ -94,7 +106,11 @@ private:
     void register_return_link(handshake_pool::pending & p);
     status fail_lane(int32_t lane, const status & st);
     status ensure_connected(int32_t lane);
-    bool idle_links_stale(lane_state & ls);
+    void liveness_loop();
+    void watch_idle_lane(lane_state & ls);
+    status check_idle_lane(lane_state & ls, bool may_send);
+    void drop_idle_lane(lane_state & ls, const status & why);
+    void close_links(lane_state & ls);  // marks the lane broken
     status configure_lane(lane_state & ls, const sampling_config & sampling, std::string_view cache_key);
     status upstream_reason(lane_state & ls, const status & fallback);
     status roundtrip(lane_state & ls, protocol::request req, protocol::reply & reply);
@@ -114,7 +130,13 @@ private:
     std::atomic<bool>                          stopping_{false};
     std::atomic<int64_t>                       n_stale_redials_{0};
     std::atomic<int64_t>                       n_retries_{0};
+    std::atomic<int64_t>                       n_lane_heartbeats_sent_{0};
+    std::atomic<int64_t>                       n_lane_heartbeat_failures_{0};
     std::thread                                acceptor_;
+    // Watches idle lanes (liveness_loop); woken to stop.
+    std::thread                                liveness_;
+    std::mutex                                 liveness_mutex_;
+    std::condition_variable                    liveness_cv_;
     handshake_pool                             handshakes_;
     std::vector<std::unique_ptr<stage_server>> servers_;
     // The lane loop: run on the scheduler thread.

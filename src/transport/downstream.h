@@ -6,6 +6,10 @@
 // Every reply waits at most its step budget (liveness.h): a streamed request's ack for
 // its tokens and those queued ahead of it over one hop, a synchronous reply for its
 // tokens over every hop below that answers it in turn (n_hops).
+//
+// An idle link (a lane between requests) is watched by heartbeats its owner drives with
+// check_heartbeat: a Heartbeat after liveness.heartbeat_interval of quiet, whose Ack must
+// come within step_base. The Ack is taken by whichever read comes next.
 #pragma once
 
 #include "transport/link.h"
@@ -40,9 +44,9 @@ public:
     void shutdown();
 
     // Reads one reply, waiting until `deadline` for it to begin: an Ack of a streamed
-    // request returns credit; the reply to `want_id` goes to *out (when out is given);
-    // an Error reply is returned as its status; anything else is invalid_data; no reply
-    // by the deadline is timed_out.
+    // request returns credit; the Ack of a pending Heartbeat clears it; the reply to
+    // `want_id` goes to *out (when out is given); an Error reply is returned as its
+    // status; anything else is invalid_data; no reply by the deadline is timed_out.
     status read_one(uint64_t want_id, protocol::reply * out, clock::time_point deadline);
     // For a reply already arriving (the socket polled readable).
     status read_one(uint64_t want_id, protocol::reply * out) { return read_one(want_id, out, link_.frame_deadline()); }
@@ -55,6 +59,14 @@ public:
     // and reads its reply. *forward_us as for send_streamed (the reply is not counted).
     status roundtrip(const protocol::request & r, protocol::reply & reply, uint32_t * forward_us);
 
+    // For a connected link that is idle (nothing outstanding, and the owner has no
+    // request of its own in progress on it): sends a Heartbeat once the link has been
+    // quiet for liveness.heartbeat_interval (when `may_send`; *sent says whether it
+    // did), and returns timed_out when one has gone unanswered for step_base (the peer
+    // froze or is unreachable: the owner closes the link). Not connected, or heartbeats
+    // off (interval 0): ok. The owner reads the Ack (read_one) when the link is readable.
+    status check_heartbeat(clock::time_point now, bool may_send, bool * sent = nullptr);
+
 private:
     dial_fn         dial_;
     const int32_t   credit_window_;
@@ -66,9 +78,17 @@ private:
     };
     // The credit wait for the oldest streamed request.
     status read_oldest_ack();
+    // What read_frame took.
+    enum class taken { reply, ack, heartbeat_ack };
+    // read_one, saying what it read (*what) and, on failure, whether nothing arrived by
+    // `deadline` (*our_deadline, as opposed to an Error reply, which may carry a timeout
+    // a stage below reported).
+    status read_frame(uint64_t want_id, protocol::reply * out, clock::time_point deadline, taken * what, bool * our_deadline);
 
     const int32_t   n_hops_;
     std::deque<pending_ack> outstanding_;  // streamed requests not acknowledged yet, oldest first
+    // Reset on every connect; fed by every frame sent or read.
+    heartbeat_monitor heartbeat_{std::chrono::milliseconds(0), std::chrono::milliseconds(1), clock::now()};
 };
 
 }  // namespace skippy::transport

@@ -9,9 +9,13 @@
 // prefill chunk still gets the time its size needs.
 #pragma once
 
+#include "base/status.h"
+#include "protocol/protocol.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <string>
 
 namespace skippy::transport {
 
@@ -102,5 +106,21 @@ private:
     int64_t                               n_sent_ = 0;
     int64_t                               n_answered_ = 0;
 };
+
+// The Heartbeat a link sends (docs/protocol.md, kind 13): control, no tokens;
+// `request_id` from heartbeat_monitor::on_sent.
+inline protocol::request heartbeat_request(uint64_t request_id) {
+    protocol::request ping;
+    ping.kind = protocol::message_kind::heartbeat;
+    ping.request_id = request_id;
+    ping.state.phase = protocol::message_phase::control;
+    return ping;
+}
+
+// Why a link whose Heartbeat went unanswered is dead (timed_out, naming the peer).
+inline status heartbeat_unanswered(const std::string & peer_name, std::chrono::milliseconds answer_timeout) {
+    return make_error(error_code::timed_out, peer_name + " did not answer a heartbeat within " +
+                                                 std::to_string(answer_timeout.count()) + " ms: the stage is stuck or unreachable");
+}
 
 }  // namespace skippy::transport

@@ -82,6 +82,10 @@ void stage_server::lane_worker::run() {
     SKIPPY_LOG_DEBUG("%s: lane %d connected", me_.c_str(), lane_);
 
     status failure;
+    // Between requests the lane's link to the next stage carries nothing but
+    // heartbeats, checked in short slices (docs/transport.md, "Liveness").
+    const bool heartbeats = !is_final_ && server_.options_.link.liveness.heartbeat_interval.count() > 0;
+    const auto slice = heartbeats ? std::chrono::milliseconds(50) : std::chrono::milliseconds(1000);
     while (!server_.stopping_.load()) {
         int below = -1;
         if (is_final_) {
@@ -91,8 +95,20 @@ void stage_server::lane_worker::run() {
             below = downstream_.fd();
         }
         const int fds[2] = {upstream_.fd(), below};
-        const int ready = wait_readable(std::span<const int>(fds, below >= 0 ? 2 : 1), clock::now() + std::chrono::seconds(1));
-        if (ready < 0) continue;
+        const int ready = wait_readable(std::span<const int>(fds, below >= 0 ? 2 : 1), clock::now() + slice);
+        if (ready < 0) {
+            if (!heartbeats) continue;
+            bool idle = false;
+            {
+                std::lock_guard<std::mutex> session_lock(slot_.session_mutex);
+                idle = !slot_.configured;
+            }
+            // A busy lane is watched by the deadlines of its requests. A dead next
+            // stage fails the lane end to end, so stage 0 learns it before a request.
+            if (idle) failure = downstream_.check_heartbeat(clock::now(), true);
+            if (!failure.is_ok()) break;
+            continue;
+        }
         if (ready == 1) {
             if (is_final_) {
                 // Stage 0 never writes on the return link: readable means it closed it.

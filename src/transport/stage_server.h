@@ -39,6 +39,10 @@ struct chain_options {
     // Stage 0's scheduler. micro_batches 0: one step in flight per stage of a chain of
     // separate processes, one for stages sharing this process's cores.
     scheduler_options schedule{.step_tokens = 64, .micro_batches = 0};
+    // Stage 0: a request that lost a connection before its first token runs again on a
+    // fresh lane, which is dialed every 100 ms for at most this long while connections
+    // are refused or closed (a stage restarting) before the request fails.
+    std::chrono::milliseconds retry_wait{5000};
 };
 
 class stage_server {

@@ -72,6 +72,22 @@ TEST(ErrorBody, StatusesGetTheirTypes) {
     EXPECT_EQ(error_for_status(503, "x").type, "server_error");
     EXPECT_EQ(error_for_status(500, "x").type, "server_error");
     EXPECT_EQ(error_for_status(405, "x").http_status, 405);
+    EXPECT_EQ(error_for_status(504, "x").code, "stage_timeout");
+}
+
+TEST(ErrorBody, PipelineFailuresAreDecidedByCode) {
+    // The text says "timed out" in both; only the code counts.
+    const api_error slow = error_for_pipeline_failure(make_error(error_code::timed_out, "stage 2 (h:1) timed out"));
+    EXPECT_EQ(slow.http_status, 504);
+    EXPECT_EQ(slow.type, "server_error");
+    EXPECT_EQ(slow.code, "stage_timeout");
+    EXPECT_EQ(slow.message, "stage 2 (h:1) timed out");
+    for (error_code c : {error_code::peer_closed, error_code::unavailable, error_code::runtime, error_code::invalid_data}) {
+        const api_error e = error_for_pipeline_failure(make_error(c, "stage 1: timed out reading"));
+        EXPECT_EQ(e.http_status, 500) << error_code_name(c);
+        EXPECT_EQ(e.type, "server_error");
+        EXPECT_EQ(e.code, "");
+    }
 }
 
 TEST(ParseRequest, MalformedJsonAndNonObjectsAre400) {

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include <condition_variable>
+#include <optional>
 #include <future>
 #include <thread>
 
@@ -63,6 +64,7 @@ public:
         --waiting_;
         ++decodes_;
         const size_t step = steps_[static_cast<size_t>(lane)]++;
+        if (failure_ && static_cast<int64_t>(step) >= fail_after_) return *failure_;
         return script_[step % script_.size()];
     }
     void end(int32_t) override {
@@ -85,6 +87,12 @@ public:
     std::string last_cache_key() const { std::lock_guard<std::mutex> lock(mutex_); return last_cache_key_; }
     std::vector<token_id> last_prompt() const { std::lock_guard<std::mutex> lock(mutex_); return last_prompt_; }
     void set_cached_tokens(int64_t n) { cached_ = n; }
+    // From the lane's decode number `after` on (0: the first), decodes fail with `why`.
+    void fail_decodes(status why, int64_t after) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        failure_ = std::move(why);
+        fail_after_ = after;
+    }
 
 private:
     const int32_t n_lanes_, ctx_, n_vocab_;
@@ -98,6 +106,8 @@ private:
     std::atomic<int64_t> cached_{0};
     std::string last_cache_key_;
     std::vector<token_id> last_prompt_;
+    std::optional<status> failure_;
+    int64_t fail_after_ = 0;
 };
 
 // A bare TCP client, so a test can drop a connection whenever it likes.
@@ -413,6 +423,44 @@ TEST_F(ServerTest, StreamingWithoutIncludeUsageHasNoUsage) {
     }
     EXPECT_EQ(text, "Hel");
     EXPECT_EQ(json::parse(events[events.size() - 2])["choices"][0]["finish_reason"], "length");
+}
+
+// What a chain's stage 0 reports when stage 2 froze under a step (docs/transport.md,
+// "Liveness"): a timeout, by its code.
+status stage_timeout() {
+    return make_error(error_code::timed_out, "stage 1: stage 2 (127.0.0.1:7102, steps) did not acknowledge step 7 (1 tokens) "
+                                             "within its deadline of 2020 ms: the stage is stuck or unreachable");
+}
+
+TEST_F(ServerTest, AStageTimeoutIs504NamingTheStage) {
+    start(1, 1, 1, hello_then_eos());
+    pipe_->fail_decodes(stage_timeout(), 0);
+    auto r = post("/v1/completions", R"({"prompt":"Hi","max_tokens":3})");
+    expect_openai_error(r, 504, "server_error");
+    const json e = json::parse(r->body)["error"];
+    EXPECT_EQ(e["code"], "stage_timeout");
+    EXPECT_NE(e["message"].get<std::string>().find("stage 2 (127.0.0.1:7102, steps)"), std::string::npos) << r->body;
+    // Any other failure of the pipeline stays a plain 500.
+    pipe_->fail_decodes(make_error(error_code::peer_closed, "stage 1 (127.0.0.1:7101): connection closed by the peer"), 0);
+    auto closed = post("/v1/completions", R"({"prompt":"Hi","max_tokens":3})");
+    expect_openai_error(closed, 500, "server_error");
+    EXPECT_TRUE(json::parse(closed->body)["error"]["code"].is_null()) << closed->body;
+}
+
+TEST_F(ServerTest, AStageTimeoutInAStreamEndsItWithAnErrorEventAndNoDone) {
+    start(1, 1, 1, hello_then_eos());
+    pipe_->fail_decodes(stage_timeout(), 2);  // two tokens reach the client first
+    auto r = post("/v1/completions", R"({"prompt":"Hi","max_tokens":8,"stream":true})");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << "the stream had begun";
+    const auto events = sse_payloads(r->body);
+    ASSERT_EQ(events.size(), 3u) << r->body;
+    EXPECT_EQ(json::parse(events[0])["choices"][0]["text"], "H");
+    EXPECT_EQ(json::parse(events[1])["choices"][0]["text"], "e");
+    const json last = json::parse(events[2]);
+    ASSERT_TRUE(last.contains("error")) << events[2];
+    EXPECT_EQ(last["error"]["code"], "stage_timeout");
+    EXPECT_NE(last["error"]["message"].get<std::string>().find("stage 2"), std::string::npos) << events[2];
 }
 
 TEST_F(ServerTest, StreamedChunksNeverSplitAUtf8Character) {

@@ -4,21 +4,26 @@
 // fails the request alike on every topology (500, or an error event that ends a
 // stream without [DONE]); `skippy generate` exits non-zero on it.
 #include "child_process.h"
+#include "common/test_data.h"
 #include "gguf/gguf.h"
 
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 namespace skippy::http {
 namespace {
 
 using json = nlohmann::json;
+using testing::child_process;
+using testing::free_port;
 using testing::run_to_completion;
 using testing::start_serve;
 
@@ -287,6 +292,59 @@ TEST_F(TopologyTest, NonFiniteLogitsFailTheRequestOnEveryTopology) {
             EXPECT_NE(err.find("not finite"), std::string::npos) << where << ": " << err;
         }
     }
+}
+
+// A stage frozen (SIGSTOP) under `skippy serve --topology`: a non-stream request gets
+// 504 naming the frozen stage within the deadline, a stream ends with an error event
+// and no [DONE]; after SIGCONT the next request is answered.
+TEST_F(TopologyTest, AFrozenStageIs504NamingItAndAStreamEndsWithAnErrorEvent) {
+    const int ports[3] = {free_port(), free_port(), free_port()};
+    json t;
+    t["model"] = "m.gguf";  // relative to the topology file's folder
+    t["stages"] = json::array();
+    for (int i = 0; i < 3; ++i) {
+        t["stages"].push_back({{"layers", {i, i + 1}}, {"endpoint", "127.0.0.1:" + std::to_string(ports[i])}});
+    }
+    const std::string topo = k_dir + "/frozen.json";
+    std::ofstream(topo) << t.dump();
+    // A short deadline everywhere, so the test waits about a second per request.
+    const std::vector<std::string> deadline = {"--stage-step-timeout-ms", "1000", "--stage-step-ms-per-token", "20"};
+    std::vector<std::unique_ptr<child_process>> stages;
+    for (int i = 1; i < 3; ++i) {
+        std::vector<std::string> argv = {k_binary, "serve-stage", "--topology", topo, "--stage", std::to_string(i), "-t", "1"};
+        argv.insert(argv.end(), deadline.begin(), deadline.end());
+        stages.push_back(child_process::spawn(argv));
+        ASSERT_TRUE(stages.back() && stages.back()->wait_for_stderr("listening on")) << "stage " << i << " did not start";
+    }
+    std::vector<std::string> args = {"--topology", topo, "-t", "1", "--lanes", "1", "-c", "256"};
+    args.insert(args.end(), deadline.begin(), deadline.end());
+    auto s = start_serve(k_binary, args);
+    ASSERT_GT(s.port, 0) << (s.proc ? s.proc->stderr_text() : "did not start");
+    const std::string body = R"({"prompt":"Hello","max_tokens":4,"temperature":0})";
+    const answer before = ask(s.port, "/v1/completions", body);
+    ASSERT_EQ(before.status, 200) << before.message;
+
+    ASSERT_EQ(::kill(stages[1]->pid(), SIGSTOP), 0);  // stage 2
+    const auto t0 = std::chrono::steady_clock::now();
+    const answer frozen = ask(s.port, "/v1/completions", body);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)) << "the issue's bound";
+    EXPECT_EQ(frozen.status, 504) << frozen.summary() << " " << frozen.message;
+    EXPECT_EQ(frozen.code, "stage_timeout") << frozen.message;
+    EXPECT_NE(frozen.message.find("stage 2 (127.0.0.1:" + std::to_string(ports[2])), std::string::npos)
+        << frozen.message << "\nstage 1:\n" << stages[0]->stderr_text();
+
+    const auto events = stream_events(s.port, "/v1/completions", R"({"prompt":"Hello","max_tokens":4,"temperature":0,"stream":true})");
+    ASSERT_FALSE(events.empty());
+    EXPECT_EQ(std::count(events.begin(), events.end(), "[DONE]"), 0);
+    const json last = json::parse(events.back(), nullptr, false);
+    ASSERT_TRUE(last.is_object() && last.contains("error")) << events.back();
+    EXPECT_EQ(last["error"]["code"], "stage_timeout") << events.back();
+
+    ASSERT_EQ(::kill(stages[1]->pid(), SIGCONT), 0);
+    const answer after = ask(s.port, "/v1/completions", body);
+    EXPECT_EQ(after.status, 200) << after.message;
+    EXPECT_EQ(after.summary(), before.summary()) << "the lane is re-dialed after SIGCONT";
+    EXPECT_EQ(s.proc->stop(), 0);
 }
 
 }  // namespace

@@ -90,5 +90,109 @@ TEST(generation, BadRequestsAreErrorsNotCrashes) {
     EXPECT_TRUE(run_generation(*p, 0, greedy_request({1, 2, 3}, 2)).is_ok());
 }
 
+// A pipeline that fails once where told (a lost connection, as a chain's stage 0
+// reports one), and says whether such a failure may be retried.
+class flaky_pipeline final : public pipeline_i {
+public:
+    enum class where { begin, prefill, decode };
+    flaky_pipeline(pipeline_i & inner, where at, int32_t decode_index = 0) : inner_(inner), at_(at), decode_index_(decode_index) {}
+
+    int32_t n_lanes() const override { return inner_.n_lanes(); }
+    int32_t ctx_size() const override { return inner_.ctx_size(); }
+    int32_t n_vocab() const override { return inner_.n_vocab(); }
+    status begin(int32_t lane, const sampling_config & s, std::span<const token_id> prompt, std::string_view key) override {
+        ++n_begins;
+        n_decodes_ = 0;
+        if (at_ == where::begin && fail()) return lost();
+        return inner_.begin(lane, s, prompt, key);
+    }
+    status prefill(int32_t lane, int64_t pos, std::span<const token_id> tokens) override { return inner_.prefill(lane, pos, tokens); }
+    status prefill_prompt(int32_t lane, std::span<const token_id> prompt, int32_t chunk, bool decodes) override {
+        SKIPPY_TRY(inner_.prefill_prompt(lane, prompt, chunk, decodes));
+        if (at_ == where::prefill && fail()) return lost();
+        return status::ok();
+    }
+    result<token_id> decode(int32_t lane, int64_t pos, token_id token) override {
+        if (at_ == where::decode && n_decodes_++ == decode_index_ && fail()) return lost();
+        return inner_.decode(lane, pos, token);
+    }
+    void end(int32_t lane) override {
+        ++n_ends;
+        inner_.end(lane);
+    }
+    bool retry_before_first_token(int32_t, const status & failure) override {
+        ++n_asked;
+        EXPECT_EQ(failure.code(), error_code::peer_closed) << failure.to_string();
+        return allow_retry;
+    }
+
+    int  n_failures_left = 1;
+    bool allow_retry = true;
+    int  n_begins = 0, n_ends = 0, n_asked = 0;
+
+private:
+    bool fail() {
+        if (n_failures_left <= 0) return false;
+        --n_failures_left;
+        return true;
+    }
+    static status lost() { return make_error(error_code::peer_closed, "stage 1 (127.0.0.1:7101): connection closed by the peer"); }
+
+    pipeline_i & inner_;
+    const where  at_;
+    const int32_t decode_index_;
+    int32_t n_decodes_ = 0;
+};
+
+TEST(generation, AFailureBeforeTheFirstTokenIsRunOnceMoreAndGivesTheCleanTokens) {
+    auto p = tiny_pipeline(128);
+    auto req = greedy_request({1, 50, 60, 70, 80, 90}, 8);
+    auto clean = run_generation(*p, 0, req);
+    ASSERT_TRUE(clean.is_ok());
+    for (auto at : {flaky_pipeline::where::begin, flaky_pipeline::where::prefill, flaky_pipeline::where::decode}) {
+        flaky_pipeline flaky(*p, at);  // the first decode: it would have made the first token
+        int n_seen = 0;
+        req.on_token = [&](token_id) { return ++n_seen > 0; };
+        auto again = run_generation(flaky, 0, req);
+        ASSERT_TRUE(again.is_ok()) << again.error().to_string();
+        EXPECT_EQ(again->tokens, clean->tokens);
+        EXPECT_EQ(n_seen, 8) << "the failed attempt passed nothing on";
+        EXPECT_EQ(flaky.n_asked, 1);
+        EXPECT_EQ(flaky.n_begins, 2);
+        // Every begin() that succeeded is ended: the failed one before the retry.
+        EXPECT_EQ(flaky.n_ends, at == flaky_pipeline::where::begin ? 1 : 2);
+    }
+}
+
+TEST(generation, AfterTheFirstTokenAFailureFailsTheRequest) {
+    auto p = tiny_pipeline(128);
+    flaky_pipeline flaky(*p, flaky_pipeline::where::decode, /*decode_index=*/2);
+    auto req = greedy_request({1, 50, 60}, 8);
+    int n_seen = 0;
+    req.on_token = [&](token_id) { return ++n_seen > 0; };
+    auto r = run_generation(flaky, 0, req);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.error().code(), error_code::peer_closed);
+    EXPECT_EQ(n_seen, 2) << "two tokens had been passed on";
+    EXPECT_EQ(flaky.n_asked, 0) << "never retried once a token exists";
+    EXPECT_EQ(flaky.n_ends, 1);
+}
+
+TEST(generation, ARetryIsAskedForOnceAndOnlyTakenWhenThePipelineSaysSo) {
+    auto p = tiny_pipeline(128);
+    auto req = greedy_request({1, 50, 60}, 4);
+    flaky_pipeline refused(*p, flaky_pipeline::where::prefill);
+    refused.allow_retry = false;
+    EXPECT_EQ(run_generation(refused, 0, req).error().code(), error_code::peer_closed);
+    EXPECT_EQ(refused.n_begins, 1);
+    flaky_pipeline twice(*p, flaky_pipeline::where::prefill);
+    twice.n_failures_left = 2;
+    EXPECT_EQ(run_generation(twice, 0, req).error().code(), error_code::peer_closed);
+    EXPECT_EQ(twice.n_asked, 1) << "one retry per request";
+    EXPECT_EQ(twice.n_begins, 2);
+    EXPECT_EQ(twice.n_ends, 2);
+    EXPECT_TRUE(run_generation(*p, 0, req).is_ok()) << "the lane is usable after all of that";
+}
+
 }  // namespace
 }  // namespace skippy::testing

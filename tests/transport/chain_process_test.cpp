@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "transport/liveness.h"
@@ -228,7 +229,9 @@ TEST_F(chain_process, AHandshakeFloodDoesNotKeepARestartedStageFromBeingRedialed
     const std::string topo_path = write_topology("flood");
     auto s1 = start_stage(topo_path, 1);
     auto s2 = start_stage(topo_path, 2);
-    auto chain = local_stage0(topo_path, 2);
+    transport::chain_options co;
+    co.retry_wait = std::chrono::milliseconds(300);  // the request below is to fail on the dead stage
+    auto chain = local_stage0(topo_path, 2, co);
     ASSERT_NE(chain, nullptr);
     auto topo = transport::topology::load(topo_path);
     ASSERT_TRUE(topo.is_ok());
@@ -242,7 +245,11 @@ TEST_F(chain_process, AHandshakeFloodDoesNotKeepARestartedStageFromBeingRedialed
     req.prompt = prompt;
     req.max_tokens = 8;
     req.sampling.temperature = 0;
+    const int64_t retries_before = chain->n_retries();
+    const auto t0 = std::chrono::steady_clock::now();
     EXPECT_FALSE(run_generation(*chain, 0, req).is_ok()) << "a request went through a dead stage";
+    EXPECT_EQ(chain->n_retries(), retries_before + 1) << "a refused connection before the first token is retried";
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, co.retry_wait) << "the retry gave up before retry_wait";
     s1 = start_stage(topo_path, 1);
     // 100 idle connections that never say a word, held open while stage 0 re-dials.
     std::vector<transport::tcp_socket> idle;
@@ -400,6 +407,137 @@ TEST_F(chain_process, HeartbeatsFindAnIdleBatchLinkToAFrozenStageBeforeARequestU
     s1->kill_now(SIGCONT);
     EXPECT_EQ(greedy_tokens(*chain, prompt, 6), reference) << "the link is re-dialed after SIGCONT";
 }
+
+// Waits (bounded) until `counter()` reaches `n`; returns its last value.
+int64_t wait_for_count(const std::function<int64_t()> & counter, int64_t n) {
+    const auto give_up = std::chrono::steady_clock::now() + 30s;
+    while (counter() < n && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(20ms);
+    return counter();
+}
+
+// Stage 1 frozen, then thawed (SIGCONT); stage 2 frozen, then killed and restarted.
+class chain_idle_freeze : public chain_process, public ::testing::WithParamInterface<int> {};
+
+TEST_P(chain_idle_freeze, HeartbeatsFindIdleLanesToAFrozenStageBeforeAnyRequestAndTheNextEightSucceed) {
+    const int frozen = GetParam();
+    const std::string topo_path = write_topology("idle-freeze" + std::to_string(frozen));
+    const std::vector<std::string> flags = {"--stage-step-timeout-ms", "1000", "--stage-heartbeat-ms", "100"};
+    std::unique_ptr<background_process> stages[3];
+    stages[1] = start_stage(topo_path, 1, flags, 8);
+    stages[2] = start_stage(topo_path, 2, flags, 8);
+    transport::chain_options co = fast_deadline_options();
+    co.link.liveness.heartbeat_interval = std::chrono::milliseconds(100);
+    auto chain = local_stage0(topo_path, 8, co);
+    ASSERT_NE(chain, nullptr);
+    const std::vector<token_id> prompt = {1, 70, 71, 72, 73};
+    const auto reference = greedy_tokens(*chain, prompt, 6);
+    ASSERT_EQ(reference.size(), 6u);
+    std::vector<std::string> errors;
+    for (const auto & o : concurrent_greedy(*chain, prompt, 8, 6, &errors)) EXPECT_EQ(o, reference);
+    ASSERT_TRUE(errors.empty()) << ::testing::PrintToString(errors);
+    // Every lane is connected and idle; its heartbeats go out and are answered.
+    EXPECT_GE(wait_for_count([&] { return chain->n_lane_heartbeats_sent(); }, 16), 16);
+    EXPECT_EQ(chain->n_lane_heartbeat_failures(), 0) << "a live chain answers its lanes' heartbeats";
+    const int64_t stale_before = chain->n_stale_redials();
+
+    stages[frozen]->kill_now(SIGSTOP);
+    // No request is sent: only heartbeats can find the frozen stage. Stage 1 frozen
+    // misses stage 0's; stage 2 frozen misses stage 1's, which fails each lane upstream
+    // with the reason.
+    EXPECT_EQ(wait_for_count([&] { return chain->n_lane_heartbeat_failures(); }, 8), 8)
+        << "every idle lane is found dead by its heartbeat";
+    EXPECT_EQ(chain->n_stale_redials(), stale_before) << "nothing closed: the stage is frozen";
+    if (frozen == 1) {
+        stages[frozen]->kill_now(SIGCONT);
+    } else {
+        stages[frozen]->kill_now(9);
+        EXPECT_EQ(stages[frozen]->wait(20000), 128 + 9);
+        stages[frozen] = start_stage(topo_path, frozen, flags, 8);
+    }
+    const int64_t retries_before = chain->n_retries();
+    const auto outs = concurrent_greedy(*chain, prompt, 8, 6, &errors);
+    EXPECT_TRUE(errors.empty()) << "no request may fail on a lane found dead: " << ::testing::PrintToString(errors);
+    for (const auto & o : outs) EXPECT_EQ(o, reference);
+    EXPECT_EQ(chain->n_retries(), retries_before) << "the lanes were re-dialed before use, not retried";
+}
+
+INSTANTIATE_TEST_SUITE_P(stages, chain_idle_freeze, ::testing::Values(1, 2));
+
+// Tokens stage 0 has put into steps so far (its step_tokens histogram's sum).
+double stage0_step_tokens(transport::chain_pipeline & chain) {
+    const auto snaps = chain.stage_snapshots();
+    return snaps.empty() || !snaps[0].steps ? 0 : snaps[0].steps->tokens.sum;
+}
+
+// The stage killed (and restarted) while stage 0 is in the middle of a long prompt.
+class chain_prefill_kill : public chain_process, public ::testing::WithParamInterface<int> {};
+
+TEST_P(chain_prefill_kill, AStageKilledDuringPrefillIsRetriedOnAFreshLaneWithExactTokensAndACacheThatServesThem) {
+    const int killed = GetParam();
+    const std::string topo_path = write_topology("prefill-kill" + std::to_string(killed));
+    std::unique_ptr<background_process> stages[3];
+    stages[1] = start_stage(topo_path, 1);
+    stages[2] = start_stage(topo_path, 2);
+    transport::chain_options co;
+    co.link.wire_delay_ms = 5;           // every step frame of the prompt takes a while
+    co.retry_wait = std::chrono::seconds(30);  // a restart under a sanitizer can take seconds
+    auto chain = local_stage0(topo_path, 1, co);
+    ASSERT_NE(chain, nullptr);
+    std::vector<token_id> prompt;  // 960 tokens: 15 steps of 64
+    for (int i = 0; i < 960; ++i) prompt.push_back(static_cast<token_id>(3 + (i * 37) % 290));
+    auto run = [&](const std::string & key, const std::function<bool(token_id)> & on_token) {
+        generation_request req;
+        req.prompt = prompt;
+        req.max_tokens = 8;
+        req.sampling.temperature = 0;
+        req.cache_key = key;  // a key of its own: nothing cached for it yet
+        req.on_token = on_token;
+        return run_generation(*chain, 0, req);
+    };
+    const auto clean = run("clean", nullptr);
+    ASSERT_TRUE(clean.is_ok()) << clean.error().to_string();
+    ASSERT_EQ(clean->tokens.size(), 8u);
+    EXPECT_EQ(clean->cached_tokens, 0);
+
+    // Kill the stage once stage 0 has sent 3 of the prompt's 15 steps, then restart it.
+    const double tokens_before = stage0_step_tokens(*chain);
+    std::atomic<bool> killed_in_prefill{false}, restarted{false};
+    std::atomic<bool> token_seen{false};
+    std::thread killer([&] {
+        const auto give_up = std::chrono::steady_clock::now() + 60s;
+        while (stage0_step_tokens(*chain) < tokens_before + 3 * 64 && std::chrono::steady_clock::now() < give_up) {
+            std::this_thread::sleep_for(1ms);
+        }
+        killed_in_prefill = !token_seen.load() && stage0_step_tokens(*chain) < tokens_before + static_cast<double>(prompt.size()) - 1;
+        stages[killed]->kill_now(9);
+        EXPECT_EQ(stages[killed]->wait(20000), 128 + 9);
+        stages[killed] = start_stage(topo_path, killed);
+        restarted = true;
+    });
+    const int64_t retries_before = chain->n_retries();
+    const auto retried = run("retried", [&](token_id) {
+        token_seen = true;
+        return true;
+    });
+    killer.join();
+    ASSERT_TRUE(restarted.load());
+    ASSERT_TRUE(killed_in_prefill.load()) << "the prompt's prefill was over before the stage could be killed";
+    ASSERT_TRUE(retried.is_ok()) << "a failure before the first token was not retried: " << retried.error().to_string();
+    EXPECT_EQ(retried->tokens, clean->tokens) << "the retried request differs from a clean run";
+    EXPECT_EQ(chain->n_retries(), retries_before + 1);
+    EXPECT_EQ(retried->cached_tokens, 0) << "nothing was cached under this key before";
+
+    // What the failed attempt left in the caches (stage 0's and the surviving stage's
+    // entries of a half-done prompt) does not break the all-or-none restore: the
+    // retried run recorded the prompt on every stage, and it now comes from the cache
+    // with the same tokens.
+    const auto cached = run("retried", nullptr);
+    ASSERT_TRUE(cached.is_ok()) << cached.error().to_string();
+    EXPECT_GT(cached->cached_tokens, 0) << "the retried run's prompt was not cached on every stage";
+    EXPECT_EQ(cached->tokens, clean->tokens);
+}
+
+INSTANTIATE_TEST_SUITE_P(stages, chain_prefill_kill, ::testing::Values(1, 2));
 
 class chain_restart : public chain_process, public ::testing::WithParamInterface<int> {};
 

@@ -298,5 +298,147 @@ TEST(downstream_liveness, ASynchronousRequestTimesOutAfterItsBudgetOverEveryHopB
     EXPECT_GE(clock::now() - t0, step_budget(o.liveness, 0, 2)) << "gave up before every hop had its time";
 }
 
+// A next stage as a lane's forward link sees it: acknowledges every request, a
+// Heartbeat included.
+struct acking_peer {
+    tcp_listener      listener;
+    endpoint          ep;
+    std::thread       thread;
+    std::atomic<bool> stop{false};
+    std::atomic<int>  n_heartbeats{0};
+
+    explicit acking_peer(const link_options & o) {
+        auto l = tcp_listener::listen({"127.0.0.1", 0});
+        EXPECT_TRUE(l.is_ok());
+        listener = std::move(l).value();
+        ep = {"127.0.0.1", listener.port()};
+        thread = std::thread([this, o] {
+            auto s = listener.accept(3000ms);
+            if (!s.is_ok()) return;
+            tcp_socket sock = std::move(s).value();
+            auto accepted = answer_hello(sock, o, [](const protocol::hello &) { return status::ok(); });
+            if (!accepted.is_ok()) return;
+            stage_link link(std::move(sock), o, "stage 0", std::move(accepted->macs));
+            while (!stop.load()) {
+                const int fd = link.fd();
+                if (wait_readable(std::span<const int>(&fd, 1), clock::now() + 20ms) < 0) continue;
+                auto req = link.read_request(link.frame_deadline());
+                if (!req.is_ok()) break;
+                if (req->kind == protocol::message_kind::heartbeat) ++n_heartbeats;
+                protocol::reply ack;
+                ack.kind = protocol::message_kind::ack;
+                ack.request_id = req->request_id;
+                if (!link.send_reply(ack).is_ok()) break;
+            }
+        });
+    }
+    ~acking_peer() {
+        stop.store(true);
+        listener.close();
+        if (thread.joinable()) thread.join();
+    }
+};
+
+TEST(downstream_liveness, AnIdleLinkHeartbeatsAndTheAckIsNeverTakenForAReply) {
+    link_options o = fast_liveness();
+    o.liveness.heartbeat_interval = 50ms;
+    acking_peer peer(o);
+    downstream_link link([&] { return connect_link(peer.ep, protocol::hello{}, o, "stage 1"); }, 4);
+    ASSERT_TRUE(link.ensure_connected().is_ok());
+    bool sent = false;
+    EXPECT_TRUE(link.check_heartbeat(clock::now(), true, &sent).is_ok());
+    EXPECT_FALSE(sent) << "not quiet for the interval yet";
+    std::this_thread::sleep_for(60ms);
+    EXPECT_TRUE(link.check_heartbeat(clock::now(), /*may_send=*/false, &sent).is_ok());
+    EXPECT_FALSE(sent) << "the owner is about to use the link";
+    ASSERT_TRUE(link.check_heartbeat(clock::now(), true, &sent).is_ok());
+    ASSERT_TRUE(sent);
+    // The request goes out with the Heartbeat unanswered: its Ack comes first.
+    protocol::reply reply;
+    const status st = link.roundtrip(test_util::stop_request(7), reply, nullptr);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    EXPECT_EQ(reply.request_id, 7u);
+    // Idle again: heartbeats go out, are answered (read_one takes the Ack), never fail.
+    const auto until = clock::now() + 3 * o.liveness.step_base;
+    while (clock::now() < until) {
+        const int fd = link.fd();
+        if (wait_readable(std::span<const int>(&fd, 1), clock::now() + 10ms) >= 0) {
+            ASSERT_TRUE(link.read_one(0, nullptr).is_ok());
+        }
+        const status hb = link.check_heartbeat(clock::now(), true);
+        ASSERT_TRUE(hb.is_ok()) << hb.to_string();
+    }
+    EXPECT_GE(peer.n_heartbeats.load(), 3);
+    link.close();
+}
+
+TEST(downstream_liveness, AHeartbeatUnansweredForStepBaseIsTimedOut) {
+    link_options o = fast_liveness();
+    o.liveness.heartbeat_interval = 50ms;
+    silent_peer peer(o);
+    downstream_link link([&] { return connect_link(peer.ep, protocol::hello{}, o, "stage 1"); }, 4);
+    ASSERT_TRUE(link.ensure_connected().is_ok());
+    std::this_thread::sleep_for(60ms);
+    bool sent = false;
+    ASSERT_TRUE(link.check_heartbeat(clock::now(), true, &sent).is_ok());
+    ASSERT_TRUE(sent);
+    const auto sent_at = clock::now();
+    status st;
+    while (st.is_ok() && clock::now() < sent_at + 30s) {
+        std::this_thread::sleep_for(10ms);
+        st = link.check_heartbeat(clock::now(), /*may_send=*/false);  // an overdue one is found even so
+    }
+    EXPECT_EQ(st.code(), error_code::timed_out) << st.to_string();
+    EXPECT_NE(st.message().find("did not answer a heartbeat within 300 ms"), std::string::npos) << st.to_string();
+    EXPECT_GE(clock::now() - sent_at, o.liveness.step_base) << "failed before its deadline";
+    link.close();
+}
+
+// A next stage that answers every request with an Error: a timeout of the stage below
+// it, as a middle stage reports one.
+struct reporting_peer {
+    tcp_listener listener;
+    endpoint     ep;
+    std::thread  thread;
+
+    explicit reporting_peer(const link_options & o) {
+        auto l = tcp_listener::listen({"127.0.0.1", 0});
+        EXPECT_TRUE(l.is_ok());
+        listener = std::move(l).value();
+        ep = {"127.0.0.1", listener.port()};
+        thread = std::thread([this, o] {
+            auto s = listener.accept(3000ms);
+            if (!s.is_ok()) return;
+            tcp_socket sock = std::move(s).value();
+            auto accepted = answer_hello(sock, o, [](const protocol::hello &) { return status::ok(); });
+            if (!accepted.is_ok()) return;
+            stage_link link(std::move(sock), o, "stage 0", std::move(accepted->macs));
+            auto req = link.read_request(clock::now() + 10s);
+            if (!req.is_ok()) return;
+            const status below = make_error(error_code::timed_out, "stage 1: stage 2 (127.0.0.1:7102) did not answer stop");
+            (void)link.send_reply(protocol::make_error_reply(req->request_id, below, o.limits));
+            (void)link.read_request(clock::now() + 10s);  // until the dialer closes
+        });
+    }
+    ~reporting_peer() {
+        listener.close();
+        if (thread.joinable()) thread.join();
+    }
+};
+
+TEST(downstream_liveness, ATimeoutAStageBelowReportedKeepsItsReason) {
+    const link_options o = fast_liveness();
+    reporting_peer peer(o);
+    downstream_link link([&] { return connect_link(peer.ep, protocol::hello{}, o, "stage 1"); }, 4, /*n_hops=*/2);
+    protocol::reply reply;
+    const status st = link.roundtrip(test_util::stop_request(7), reply, nullptr);
+    EXPECT_EQ(st.code(), error_code::timed_out) << st.to_string();
+    // Not rewritten as our own deadline ("stage 1 did not answer stop within ..."): the
+    // stuck stage is the one the report names.
+    EXPECT_NE(st.message().find("stage 2 (127.0.0.1:7102)"), std::string::npos) << st.to_string();
+    EXPECT_EQ(st.message().find("within its deadline"), std::string::npos) << st.to_string();
+    link.close();
+}
+
 }  // namespace
 }  // namespace skippy::transport

@@ -216,7 +216,7 @@ int run_serve(const serve_options & o) {
                     o.runtime.kv_cache.c_str(),
                     template_text.c_str(), events ? o.runtime.telemetry_level.c_str() : "off",
                     events ? " -> " : "", events ? o.runtime.telemetry_file.c_str() : "",
-                    std::string(transport::stage_auth_summary(chain->link.stage_key)).c_str());
+                    transport::stage_auth_summary(chain->link.stage_key, chain->link.tls != nullptr).c_str());
 
     int signal_number = 0;
     sigwait(&stop_signals, &signal_number);

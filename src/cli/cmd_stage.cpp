@@ -49,7 +49,7 @@ int run_serve_stage(const serve_stage_options & o) {
     const auto & spec = topo->stages[static_cast<size_t>(o.stage_index)];
     auto chain = to_chain_options(o.runtime);
     if (!chain.is_ok()) return fail(chain.error());
-    if (status auth = transport::check_stage_auth(*topo, chain->link.stage_key); !auth.is_ok()) return fail(auth);
+    if (status auth = transport::check_stage_auth(*topo, chain->link.stage_key, chain->link.tls != nullptr); !auth.is_ok()) return fail(auth);
     auto st = stage::load(*file, transport::stage_options_for(to_stage_options(o.runtime), spec.layers, chain->cache));
     if (!st.is_ok()) return fail(st.error());
     auto cache = transport::stage_cache_host::create(**st, **file, o.stage_index, chain->cache);
@@ -59,7 +59,7 @@ int run_serve_stage(const serve_stage_options & o) {
     SKIPPY_LOG_INFO("stage %d of %d: layers [%d, %d) of %s, listening on %s, %d lanes, %d threads, ctx %d, stage links %s",
                     o.stage_index, topo->n_stages(), spec.layers.start, spec.layers.end, topo->model_path.c_str(),
                     spec.address.to_string().c_str(), (*st)->n_lanes(), (*st)->n_threads(), (*st)->ctx_size(),
-                    std::string(transport::stage_auth_summary(chain->link.stage_key)).c_str());
+                    transport::stage_auth_summary(chain->link.stage_key, chain->link.tls != nullptr).c_str());
     transport::stage_server server(std::move(st).value(), std::move(cache).value(), o.stage_index, *topo, std::move(listener).value(),
                                    *chain);
     server.start();

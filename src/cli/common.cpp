@@ -91,6 +91,19 @@ void add_runtime_flags(CLI::App * cmd, runtime_flags & f, int32_t default_lanes)
                     "File holding the key every stage of the chain shares: stage links prove it and MAC every frame "
                     "(required when a stage is not on loopback; default: none)")
         ->check(CLI::ExistingFile);
+    cmd->add_option("--stage-tls", f.stage_tls,
+                    "CERT,KEY,CA (PEM files): stage links run over TLS 1.3; every stage shows a certificate signed by CA and "
+                    "checks the other's against it (all stages of a chain need it; default: plain TCP)")
+        ->check(CLI::Validator(
+            [](const std::string & text) -> std::string {
+                auto files = transport::parse_tls_files(text);
+                if (!files.is_ok()) return files.error().message();
+                for (const std::string * path : {&files->cert_path, &files->key_path, &files->ca_path}) {
+                    if (!std::filesystem::is_regular_file(*path)) return "no such file: " + *path;
+                }
+                return {};
+            },
+            "CERT,KEY,CA", "TLS files"));
     add_number(cmd, "--wire-delay-ms", f.wire_delay_ms, "Delay added before every frame written to a stage link (simulates a slow link)",
                0, 60000);
     add_number(cmd, "--stage-step-timeout-ms", f.stage_step_timeout_ms,
@@ -161,6 +174,10 @@ result<transport::chain_options> to_chain_options(const runtime_flags & f) {
     if (!f.stage_key_file.empty()) {
         SKIPPY_ASSIGN_OR_RETURN(c.link.stage_key, transport::load_stage_key(f.stage_key_file));
     }
+    if (!f.stage_tls.empty()) {
+        SKIPPY_ASSIGN_OR_RETURN(const transport::tls_files files, transport::parse_tls_files(f.stage_tls));
+        SKIPPY_ASSIGN_OR_RETURN(c.link.tls, transport::tls_context::load(files));
+    }
     c.link.wire_delay_ms = f.wire_delay_ms;
     c.link.liveness.step_base = std::chrono::milliseconds(f.stage_step_timeout_ms);
     c.link.liveness.step_per_token = std::chrono::milliseconds(f.stage_step_ms_per_token);
@@ -226,9 +243,9 @@ result<std::unique_ptr<transport::chain_pipeline>> make_pipeline(std::shared_ptr
     const stage_options so = to_stage_options(flags);
     if (!choice.topology_path.empty()) {
         SKIPPY_ASSIGN_OR_RETURN(transport::topology topo, transport::topology::load(choice.topology_path));
-        SKIPPY_TRY(transport::check_stage_auth(topo, co.link.stage_key));
+        SKIPPY_TRY(transport::check_stage_auth(topo, co.link.stage_key, co.link.tls != nullptr));
         SKIPPY_LOG_INFO("stage 0 of %d (topology %s), stage links %s", topo.n_stages(), choice.topology_path.c_str(),
-                        std::string(transport::stage_auth_summary(co.link.stage_key)).c_str());
+                        transport::stage_auth_summary(co.link.stage_key, co.link.tls != nullptr).c_str());
         return transport::make_topology_chain(std::move(file), topo, so, co);
     }
     return transport::make_embedded_chain(std::move(file), choice.stages, so, co);

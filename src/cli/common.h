@@ -63,6 +63,7 @@ struct runtime_flags {
     int32_t     lanes = 1;
     std::string kv_type = "f16";
     std::string stage_key_file;   // shared key that authenticates stage links (empty: none)
+    std::string stage_tls;        // "CERT,KEY,CA": stage links run over mutual TLS (empty: plain TCP)
     int32_t     wire_delay_ms = 0;
     // Liveness (transport/liveness.h): a reply's budget per hop is base + tokens * rate.
     int32_t     stage_step_timeout_ms = 2000;
@@ -84,7 +85,7 @@ struct runtime_flags {
     std::string telemetry_level = "summary";
 };
 
-// Adds -t, -c/--ctx-size, --lanes, --kv-type, --stage-key-file, --wire-delay-ms, the
+// Adds -t, -c/--ctx-size, --lanes, --kv-type, --stage-key-file, --stage-tls, --wire-delay-ms, the
 // --kv-cache* flags (incl. --kv-cache-demote on|off, --kv-cache-disk DIR,
 // --kv-cache-disk-max-bytes, --kv-cache-redis URL, --kv-cache-redis-timeout-ms) and
 // --telemetry-file/--telemetry-level.

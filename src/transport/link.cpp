@@ -184,6 +184,10 @@ result<stage_link> connect_link(const endpoint & ep, protocol::hello hello, cons
     auto dialed = dial(ep, options.connect_timeout);
     if (!dialed.is_ok()) return dialed.error().with_context(peer_name);
     tcp_socket socket = std::move(dialed).value();
+    if (options.tls) {
+        SKIPPY_TRY(socket.start_tls(*options.tls, tls_role::client, clock::now() + options.handshake_timeout)
+                       .with_context(peer_name + " handshake"));
+    }
     const std::vector<uint8_t> hello_bytes = protocol::encode_hello(hello);
     SKIPPY_TRY(socket.write_all(hello_bytes).with_context(peer_name + " handshake"));
     const auto deadline = clock::now() + options.handshake_timeout;
@@ -215,6 +219,7 @@ result<accepted_link> answer_hello(tcp_socket & socket, const link_options & opt
         r.reason = reason.substr(0, options.limits.max_error_message_bytes);
         (void)socket.write_all(protocol::encode_hello_reply(r));
     };
+    if (options.tls) SKIPPY_TRY(socket.start_tls(*options.tls, tls_role::server, deadline));
     std::vector<uint8_t> buf(protocol::hello_prefix_bytes);
     SKIPPY_TRY(socket.read_exact(buf, deadline));
     auto version = protocol::peek_hello_version(buf);

@@ -12,6 +12,7 @@
 #include "transport/link_auth.h"
 #include "transport/liveness.h"
 #include "transport/socket.h"
+#include "transport/tls.h"
 
 #include <chrono>
 #include <cstdint>
@@ -31,6 +32,9 @@ struct link_options {
     // The shared stage key (load_stage_key); empty: links are not authenticated. Both
     // ends of a link must agree (a key on one side only is refused).
     std::string               stage_key;
+    // TLS under the stage protocol (tls.h); null: plain TCP. Both ends must agree: a
+    // TLS end and a plain end fail the handshake.
+    std::shared_ptr<const tls_context> tls;
     int32_t                   wire_delay_ms = 0; // added before every frame written (a slow link)
     std::chrono::milliseconds connect_timeout{5000};
     // The whole handshake, on both sides (a silent dialer is closed after this).

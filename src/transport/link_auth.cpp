@@ -151,21 +151,23 @@ bool is_loopback_host(const std::string & host) {
     return false;  // any other name may resolve anywhere
 }
 
-status check_stage_auth(const topology & topo, const std::string & stage_key) {
-    if (!stage_key.empty()) return status::ok();
+status check_stage_auth(const topology & topo, const std::string & stage_key, bool tls) {
+    if (!stage_key.empty() || tls) return status::ok();
     for (const stage_spec & s : topo.stages) {
         if (!is_loopback_host(s.address.host)) {
             return make_error(error_code::invalid_argument,
                               "stage endpoint " + s.address.to_string() +
                                   " is not loopback: stage links that leave this machine must be authenticated; give every "
-                                  "stage process the same --stage-key-file");
+                                  "stage process the same --stage-key-file (or --stage-tls certificates of one CA)");
         }
     }
     return status::ok();
 }
 
-std::string_view stage_auth_summary(const std::string & stage_key) {
-    return stage_key.empty() ? "not authenticated (no --stage-key-file)" : "authenticated (HMAC-SHA256 stage key)";
+std::string stage_auth_summary(const std::string & stage_key, bool tls) {
+    const std::string key = stage_key.empty() ? "no stage key" : "authenticated (HMAC-SHA256 stage key)";
+    if (tls) return "TLS 1.3 with mutual certificates, " + key;
+    return stage_key.empty() ? "not authenticated (no --stage-key-file)" : key;
 }
 
 }  // namespace skippy::transport

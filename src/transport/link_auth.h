@@ -83,12 +83,13 @@ link_macs derive_link_macs(std::string_view key, link_role me, std::span<const u
 bool is_loopback_host(const std::string & host);
 
 // The rule for a chain's links: a topology whose stages are all on loopback may run
-// without a key; one with any other endpoint needs `stage_key` (invalid_argument,
-// naming the endpoint, when it is empty).
-status check_stage_auth(const topology & topo, const std::string & stage_key);
+// without authentication; one with any other endpoint needs `stage_key` or TLS (`tls`:
+// mutual certificates, tls.h). invalid_argument, naming the endpoint, without either.
+status check_stage_auth(const topology & topo, const std::string & stage_key, bool tls);
 
-// "authenticated (HMAC-SHA256 stage key)" or "not authenticated (no --stage-key-file)",
-// for startup lines.
-std::string_view stage_auth_summary(const std::string & stage_key);
+// How stage links are protected, for startup lines: "authenticated (HMAC-SHA256 stage
+// key)", "TLS 1.3 with mutual certificates, authenticated (...)", "not authenticated
+// (no --stage-key-file)", ...
+std::string stage_auth_summary(const std::string & stage_key, bool tls);
 
 }  // namespace skippy::transport

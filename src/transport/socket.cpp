@@ -1,5 +1,7 @@
 #include "transport/socket.h"
 
+#include "transport/socket_detail.h"
+
 #include <arpa/inet.h>
 #include <algorithm>
 #include <fcntl.h>
@@ -16,7 +18,8 @@
 #include <vector>
 
 namespace skippy::transport {
-namespace {
+
+namespace detail {
 
 status sys_error(const std::string & what) {
     return make_error(error_code::unavailable, what + ": " + std::strerror(errno));
@@ -27,6 +30,19 @@ int poll_timeout_ms(clock::time_point deadline) {
     if (left <= 0) return 0;
     return left > 1000000 ? 1000000 : static_cast<int>(left);
 }
+
+status closed_by_peer(size_t done, size_t want) {
+    if (done == 0) return make_error(error_code::peer_closed, "connection closed by the peer");
+    return make_error(error_code::peer_closed,
+                      "connection closed by the peer after " + std::to_string(done) + " of " + std::to_string(want) + " bytes");
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::poll_timeout_ms;
+using detail::sys_error;
 
 result<addrinfo *> resolve(const endpoint & ep, bool passive) {
     addrinfo hints {};
@@ -79,12 +95,14 @@ tcp_socket & tcp_socket::operator=(tcp_socket && o) noexcept {
     if (this != &o) {
         close();
         fd_ = o.fd_;
+        tls_ = std::move(o.tls_);
         o.fd_ = -1;
     }
     return *this;
 }
 
 void tcp_socket::close() {
+    tls_.reset();  // before the fd: OpenSSL may still refer to it
     if (fd_ >= 0) {
         ::close(fd_);
         fd_ = -1;
@@ -105,6 +123,7 @@ std::string tcp_socket::peer_host() const {
 }
 
 status tcp_socket::write_all(std::span<const uint8_t> data, clock::time_point deadline) {
+    if (tls_) return tls_write_all(data, deadline);
     size_t done = 0;
     while (done < data.size()) {
         // Non-blocking even on a blocking socket: a full send buffer waits in poll
@@ -130,6 +149,7 @@ status tcp_socket::write_all(std::span<const uint8_t> data, clock::time_point de
 }
 
 status tcp_socket::read_exact(std::span<uint8_t> out, clock::time_point deadline, size_t * n_read) {
+    if (tls_) return tls_read_exact(out, deadline, n_read);
     size_t done = 0;
     auto finish = [&](status st) {
         if (n_read) *n_read = done;
@@ -143,11 +163,7 @@ status tcp_socket::read_exact(std::span<uint8_t> out, clock::time_point deadline
             done += static_cast<size_t>(n);
             continue;
         }
-        if (n == 0) {
-            if (done == 0) return finish(make_error(error_code::peer_closed, "connection closed by the peer"));
-            return finish(make_error(error_code::peer_closed, "connection closed by the peer after " + std::to_string(done) + " of " +
-                                                                  std::to_string(out.size()) + " bytes"));
-        }
+        if (n == 0) return finish(detail::closed_by_peer(done, out.size()));
         if (errno == EINTR) continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) return finish(sys_error("recv failed"));
         pollfd p{fd_, POLLIN, 0};

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -27,13 +28,18 @@ struct endpoint {
 
 using clock = std::chrono::steady_clock;
 
-// An owned, connected TCP socket (TCP_NODELAY set).
+class tls_context;
+enum class tls_role { client, server };
+
+// An owned, connected TCP socket (TCP_NODELAY set), optionally carrying TLS
+// (start_tls). Reads and writes may run on two threads at once; close() and moves may
+// not run beside them (shutdown() may).
 class tcp_socket {
 public:
     tcp_socket() = default;
     explicit tcp_socket(int fd) : fd_(fd) {}
     ~tcp_socket() { close(); }
-    tcp_socket(tcp_socket && o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+    tcp_socket(tcp_socket && o) noexcept : fd_(o.fd_), tls_(std::move(o.tls_)) { o.fd_ = -1; }
     tcp_socket & operator=(tcp_socket && o) noexcept;
     tcp_socket(const tcp_socket &) = delete;
     tcp_socket & operator=(const tcp_socket &) = delete;
@@ -54,8 +60,26 @@ public:
     // deadline `timed_out`. *n_read (if given) is set to the bytes read, also on failure.
     status read_exact(std::span<uint8_t> out, clock::time_point deadline, size_t * n_read = nullptr);
 
+    // Runs a TLS handshake as `role` (tls.h); afterwards every read and write goes
+    // through TLS. A peer whose certificate does not chain to the context's CA, or that
+    // does not speak TLS, is `permission` / `unavailable` with OpenSSL's reason; the
+    // deadline is `timed_out`. REQUIRES: valid(), no TLS yet, no read or write running.
+    // PROMISES: a frame written with one write_all ends at a TLS record boundary, and
+    // OpenSSL reads one record at a time, so between frames no bytes wait inside TLS:
+    // wait_readable on fd() stays exact for TLS sockets.
+    status start_tls(const tls_context & context, tls_role role, clock::time_point deadline);
+    bool tls_on() const { return tls_ != nullptr; }
+
 private:
+    struct tls_session;
+    struct tls_session_deleter {
+        void operator()(tls_session * s) const;
+    };
+    status tls_write_all(std::span<const uint8_t> data, clock::time_point deadline);
+    status tls_read_exact(std::span<uint8_t> out, clock::time_point deadline, size_t * n_read);
+
     int fd_ = -1;
+    std::unique_ptr<tls_session, tls_session_deleter> tls_;
 };
 
 // Dials `ep`, giving up after `timeout`.

@@ -1,6 +1,7 @@
 // In-process chains over loopback: lanes, chunking and slow links keep outputs exact.
 #include "../model/model_fixture.h"
 #include "chain_fixture.h"
+#include "tls_test_certs.h"
 
 #include <thread>
 
@@ -83,6 +84,37 @@ TEST(chain_embedded, SlowLinksChangeTimingNotTokens) {
     ASSERT_TRUE(chain.is_ok());
     const auto prompt = prompt_of(30, 2);
     EXPECT_EQ(greedy_tokens(**chain, prompt, 8, 0, 4), greedy_tokens(*whole, prompt, 8));
+}
+
+TEST(chain_embedded, TlsLinksGiveTheMonolithicTokensOnConcurrentLanes) {
+    auto file = small_model("qwen2", "Q4_K_M");
+    ASSERT_NE(file, nullptr);
+    auto whole = embedded_chain(file, 1);
+    transport::test_util::test_pki pki;
+    auto tls = transport::tls_context::load(pki.files("stage-a"));
+    ASSERT_TRUE(tls.is_ok()) << tls.error().to_string();
+    stage_options so;
+    so.n_threads = 1;
+    so.ctx_size = 128;
+    so.n_lanes = 2;
+    for (bool keyed : {false, true}) {
+        transport::chain_options co;
+        co.link.tls = *tls;
+        if (keyed) co.link.stage_key = "tls and a stage key, 32 bytes long";
+        auto chain = transport::make_embedded_chain(file, 3, so, co);
+        ASSERT_TRUE(chain.is_ok()) << chain.error().to_string();
+        std::vector<std::vector<token_id>> got(4);
+        std::vector<std::thread> threads;
+        for (int lane = 0; lane < 2; ++lane) {
+            threads.emplace_back([&, lane] {
+                for (int i = lane; i < 4; i += 2) got[static_cast<size_t>(i)] = greedy_tokens(**chain, prompt_of(25 + i, i), 8, lane);
+            });
+        }
+        for (auto & t : threads) t.join();
+        for (int i = 0; i < 4; ++i) {
+            EXPECT_EQ(got[static_cast<size_t>(i)], greedy_tokens(*whole, prompt_of(25 + i, i), 8)) << "prompt " << i << " keyed " << keyed;
+        }
+    }
 }
 
 TEST(chain_embedded, StatsCarryQueueAndForwardTimes) {

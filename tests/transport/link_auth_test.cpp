@@ -47,14 +47,18 @@ TEST(link_auth, OnlyLoopbackTopologiesRunWithoutAKey) {
     EXPECT_FALSE(is_loopback_host("::ffff:10.0.0.1"));
     auto local = even_split("m", 4, 2, "127.0.0.1", 7100);
     ASSERT_TRUE(local.is_ok());
-    EXPECT_TRUE(check_stage_auth(*local, "").is_ok());
+    EXPECT_TRUE(check_stage_auth(*local, "", false).is_ok());
     topology spread = *local;
     spread.stages[1].address.host = "198.18.0.2";
-    const status st = check_stage_auth(spread, "");
+    const status st = check_stage_auth(spread, "", false);
     EXPECT_EQ(st.code(), error_code::invalid_argument);
     EXPECT_NE(st.message().find("198.18.0.2:7101"), std::string::npos) << st.to_string();
     EXPECT_NE(st.message().find("--stage-key-file"), std::string::npos) << st.to_string();
-    EXPECT_TRUE(check_stage_auth(spread, k_key).is_ok());
+    EXPECT_TRUE(check_stage_auth(spread, k_key, false).is_ok());
+    EXPECT_TRUE(check_stage_auth(spread, "", true).is_ok()) << "mutual TLS authenticates the peers too";
+    EXPECT_NE(st.message().find("--stage-tls"), std::string::npos) << st.to_string();
+    EXPECT_EQ(stage_auth_summary("", false), "not authenticated (no --stage-key-file)");
+    EXPECT_EQ(stage_auth_summary("", true).rfind("TLS 1.3 with mutual certificates", 0), 0u);
 }
 
 TEST(link_auth, FrameMacsRefuseReplayReorderAndAlteration) {

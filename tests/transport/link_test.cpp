@@ -14,44 +14,13 @@
 namespace skippy::transport {
 namespace {
 
+using test_util::accept_all;
+using test_util::acceptor;
 using test_util::k_key;
+using test_util::listener_fixture;
+using test_util::options_with_key;
 using test_util::stop_request;
 
-struct listener_fixture {
-    tcp_listener listener;
-    endpoint     ep;
-    listener_fixture() {
-        auto l = tcp_listener::listen({"127.0.0.1", 0});
-        EXPECT_TRUE(l.is_ok());
-        listener = std::move(l).value();
-        ep = {"127.0.0.1", listener.port()};
-    }
-};
-
-link_options options_with_key(const std::string & key) {
-    link_options o;
-    o.stage_key = key;
-    o.handshake_timeout = std::chrono::milliseconds(2000);
-    return o;
-}
-
-// Runs answer_hello on the next accepted connection in a thread.
-struct acceptor {
-    std::thread           thread;
-    result<accepted_link> outcome = make_error(error_code::internal, "not run");
-    tcp_socket            socket;
-    acceptor(tcp_listener & l, const link_options & o, std::function<status(const protocol::hello &)> accept) {
-        thread = std::thread([&, o, accept] {
-            auto s = l.accept(std::chrono::milliseconds(3000));
-            if (!s.is_ok()) { outcome = s.error(); return; }
-            socket = std::move(s).value();
-            outcome = answer_hello(socket, o, accept);
-        });
-    }
-    ~acceptor() { if (thread.joinable()) thread.join(); }
-};
-
-status accept_all(const protocol::hello &) { return status::ok(); }
 
 TEST(link, HandshakeThenFramesBothWays) {
     listener_fixture f;

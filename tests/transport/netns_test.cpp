@@ -3,6 +3,7 @@
 // stages 1 and 2 in the other, as if on two machines. Needs root and iproute2; CI runs
 // as root, so there a missing capability fails the test instead of skipping it.
 #include "common/test_data.h"
+#include "tls_test_certs.h"
 
 #include <nlohmann/json.hpp>
 
@@ -54,53 +55,100 @@ protected:
         }
     }
 
+    // A 3-layer model of `arch`/`type` in a fresh directory, and a topology with stage 0
+    // on host a and stages 1 and 2 on host b (ports base_port + i). Returns the directory.
+    std::string make_chain_files(const std::string & name, const std::string & arch, const std::string & type, int base_port) {
+        dir_ = make_temp_dir(name);
+        model_ = dir_ + "/m.gguf";
+        auto made = run_command({skippy_binary_path(), "make-model", "--arch", arch, "--n-embd", "64", "--n-layer", "3", "--n-head",
+                                 "4", "--n-head-kv", "2", "--n-ff", "128", "--n-vocab", "300", "--type", type, "-o", model_});
+        EXPECT_EQ(made.exit_code, 0) << made.err;
+        nlohmann::json t;
+        t["model"] = model_;
+        t["stages"] = {{{"layers", {0, 1}}, {"endpoint", "198.18.77.1:" + std::to_string(base_port)}},
+                       {{"layers", {1, 2}}, {"endpoint", "198.18.77.2:" + std::to_string(base_port + 1)}},
+                       {{"layers", {2, 3}}, {"endpoint", "198.18.77.2:" + std::to_string(base_port + 2)}}};
+        topo_ = dir_ + "/topology.json";
+        std::ofstream(topo_) << t.dump();
+        return dir_;
+    }
+
+    // Starts stages 1 and 2 in host b with `flags` and waits for them to listen.
+    void start_stages(const std::vector<std::string> & flags) {
+        for (int i : {1, 2}) {
+            std::vector<std::string> argv = {"/usr/sbin/ip", "netns", "exec", ns_b_, skippy_binary_path(), "serve-stage", "--topology",
+                                             topo_, "--stage", std::to_string(i), "-t", "1"};
+            argv.insert(argv.end(), flags.begin(), flags.end());
+            stages_.push_back(std::make_unique<background_process>(argv, dir_ + "/stage" + std::to_string(i) + ".log"));
+        }
+        for (auto & s : stages_) {
+            bool up = false;
+            for (int i = 0; i < 500 && !up; ++i) {
+                up = s->log().find("listening on") != std::string::npos;
+                if (!up) std::this_thread::sleep_for(20ms);
+            }
+            ASSERT_TRUE(up) << s->log();
+        }
+    }
+
+    // `generate` of `prompt` on one process (no chain), and as stage 0 in host a with `flags`.
+    command_result generate_local(const std::string & prompt, int n) {
+        return run_command({skippy_binary_path(), "generate", "-m", model_, "-p", prompt, "-n", std::to_string(n), "--greedy", "--json",
+                            "-t", "1"});
+    }
+    command_result generate_in_a(const std::string & prompt, int n, const std::vector<std::string> & flags) {
+        std::vector<std::string> argv = {"/usr/sbin/ip", "netns", "exec", ns_a_, skippy_binary_path(), "generate", "--topology", topo_,
+                                         "-p", prompt, "-n", std::to_string(n), "--greedy", "--json", "-t", "1"};
+        argv.insert(argv.end(), flags.begin(), flags.end());
+        return run_command(argv);
+    }
+
     std::string ns_a_, ns_b_;
     bool created_ = false;
+    std::string dir_, model_, topo_;
     std::vector<std::unique_ptr<background_process>> stages_;
 };
 
 TEST_F(netns_chain, TwoHostsWithASlowLinkGiveTheMonolithicTokens) {
-    const std::string dir = make_temp_dir("netns");
-    const std::string model = dir + "/m.gguf";
-    auto made = run_command({skippy_binary_path(), "make-model", "--arch", "qwen2", "--n-embd", "64", "--n-layer", "3", "--n-head",
-                             "4", "--n-head-kv", "2", "--n-ff", "128", "--n-vocab", "300", "--type", "Q8_0", "-o", model});
-    ASSERT_EQ(made.exit_code, 0) << made.err;
-    nlohmann::json t;
-    t["model"] = model;
-    t["stages"] = {{{"layers", {0, 1}}, {"endpoint", "198.18.77.1:7400"}},
-                   {{"layers", {1, 2}}, {"endpoint", "198.18.77.2:7401"}},
-                   {{"layers", {2, 3}}, {"endpoint", "198.18.77.2:7402"}}};
-    const std::string topo = dir + "/topology.json";
-    std::ofstream(topo) << t.dump();
+    const std::string dir = make_chain_files("netns", "qwen2", "Q8_0", 7400);
     // The stages are on two hosts: links must be authenticated.
     const std::string key = dir + "/stage.key";
     std::ofstream(key) << "netns test stage key, 32+ bytes long\n";
-
-    for (int i : {1, 2}) {
-        stages_.push_back(std::make_unique<background_process>(
-            std::vector<std::string>{"/usr/sbin/ip", "netns", "exec", ns_b_, skippy_binary_path(), "serve-stage", "--topology", topo,
-                                     "--stage", std::to_string(i), "-t", "1", "--wire-delay-ms", "20", "--stage-key-file", key},
-            dir + "/stage" + std::to_string(i) + ".log"));
-    }
-    for (auto & s : stages_) {
-        bool up = false;
-        for (int i = 0; i < 500 && !up; ++i) {
-            up = s->log().find("listening on") != std::string::npos;
-            if (!up) std::this_thread::sleep_for(20ms);
-        }
-        ASSERT_TRUE(up) << s->log();
-    }
-    auto local = run_command({skippy_binary_path(), "generate", "-m", model, "-p", "across the wire", "-n", "6", "--greedy",
-                              "--json", "-t", "1"});
+    const std::vector<std::string> flags = {"--wire-delay-ms", "20", "--stage-key-file", key};
+    ASSERT_NO_FATAL_FAILURE(start_stages(flags));
+    auto local = generate_local("across the wire", 6);
     ASSERT_EQ(local.exit_code, 0) << local.err;
-    auto remote = run_command({"/usr/sbin/ip", "netns", "exec", ns_a_, skippy_binary_path(), "generate", "--topology", topo, "-p",
-                               "across the wire", "-n", "6", "--greedy", "--json", "-t", "1", "--wire-delay-ms", "20", "--stage-key-file", key});
+    auto remote = generate_in_a("across the wire", 6, flags);
     ASSERT_EQ(remote.exit_code, 0) << remote.err << stages_[0]->log() << stages_[1]->log();
     const auto want = nlohmann::json::parse(local.out)["tokens"];
     const auto got = nlohmann::json::parse(remote.out);
     EXPECT_EQ(got["tokens"], want);
     // Each decode crosses three delayed writes (0 -> 1 -> 2 -> 0): the delay is real.
     EXPECT_GE(got["total_ms"].get<double>(), 6 * 3 * 20.0);
+}
+
+// The same two hosts with TLS alone (no stage key): mutual certificates authenticate
+// the links, so the non-loopback topology is allowed, and the startup lines say TLS.
+TEST_F(netns_chain, TwoHostsOverTlsGiveTheMonolithicTokens) {
+    make_chain_files("netns-tls", "llama", "Q4_K_M", 7410);
+    transport::test_util::test_pki pki;
+    ASSERT_NO_FATAL_FAILURE(start_stages({"--stage-tls", pki.flag("stage-b")}));
+    for (auto & s : stages_) {
+        EXPECT_NE(s->log().find("stage links TLS 1.3 with mutual certificates"), std::string::npos) << s->log();
+    }
+    auto local = generate_local("sealed wire", 6);
+    ASSERT_EQ(local.exit_code, 0) << local.err;
+    auto remote = generate_in_a("sealed wire", 6, {"--stage-tls", pki.flag("stage-a")});
+    ASSERT_EQ(remote.exit_code, 0) << remote.err << stages_[0]->log() << stages_[1]->log();
+    EXPECT_EQ(nlohmann::json::parse(remote.out)["tokens"], nlohmann::json::parse(local.out)["tokens"]);
+    // Without TLS (or a key) stage 0 refuses the non-loopback topology before dialing.
+    auto plain = generate_in_a("sealed wire", 2, {});
+    EXPECT_NE(plain.exit_code, 0);
+    EXPECT_NE(plain.err.find("--stage-tls"), std::string::npos) << plain.err;
+    // A stage 0 whose certificate another CA signed is refused by stage 1.
+    auto stranger = generate_in_a("sealed wire", 2, {"--stage-tls", pki.flag("stranger", "ca.pem")});
+    EXPECT_NE(stranger.exit_code, 0) << stranger.out;
+    EXPECT_NE(stranger.err.find("TLS"), std::string::npos) << stranger.err;
 }
 
 }  // namespace

@@ -7,14 +7,16 @@
 //
 // The vocabularies are loaded once: the vocab-only GGUFs under $SKIPPY_TEST_DATA/vocab
 // (default ../shared) when present, else the tokenizer of a synthetic model and a small
-// BPE vocabulary made in process (said on stderr). Each input is any bytes, tokenized by
-// every vocabulary with and without special-token parsing. Beyond "no crash, no hang,
-// no sanitizer report":
+// BPE vocabulary made in process (said on stderr). An input's first byte picks the
+// vocabulary (its index in k_vocab_names, modulo those loaded); the rest is any bytes,
+// tokenized with and without special-token parsing. Beyond "no crash, no hang, no
+// sanitizer report":
 //   - every id is in [0, n_vocab);
 //   - add_bos prepends exactly the BOS (when there is one) and changes nothing else;
 //   - byte-level BPE: detokenizing gives back the input exactly when it is well-formed
 //     UTF-8, else sanitize_utf8(input) (BPE tokenizes the sanitized text); with special
-//     parsing, rendering the special tokens gives the same bytes;
+//     parsing, rendering the special tokens gives the same bytes (text holding a byte
+//     the vocabulary has no token for is left out: that byte is dropped, as documented);
 //   - SPM (docs/tokenizer.md, "Detokenization"): for well-formed UTF-8 s that matches
 //     no special token, detokenize(tokenize(s), strip the space prefix) == s, where a
 //     literal U+2581 in s comes back as the space it stands for (vocabularies with byte
@@ -26,6 +28,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"  // the GPT-2 byte alphabet, for the synthetic BPE vocabulary
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -39,6 +42,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -75,6 +79,9 @@ struct loaded_vocab {
     std::unique_ptr<tokenizer> tok;
     // SPM round trips only where every byte has a token to fall back to.
     bool                       spm_bytes = false;
+    // BPE: bytes whose GPT-2 alphabet character is not a token. BPE drops such a byte
+    // (docs/tokenizer.md, as llama.cpp does): starcoder lacks 0xF1 and others.
+    std::array<bool, 256>      bpe_byte_missing{};
 };
 
 std::unique_ptr<tokenizer> tokenizer_of(std::span<const uint8_t> gguf_bytes, const std::string & what) {
@@ -128,6 +135,19 @@ std::vector<loaded_vocab> synthetic_vocabs() {
     return out;
 }
 
+void note_missing_bytes(loaded_vocab & v) {
+    if (v.tok->model() != tokenizer_model::bpe) return;
+    int n_missing = 0;
+    for (int b = 0; b < 256; ++b) {
+        v.bpe_byte_missing[static_cast<size_t>(b)] = v.tok->find_token(tokenizer_detail::gpt2_byte_to_utf8(static_cast<uint8_t>(b))) < 0;
+        n_missing += v.bpe_byte_missing[static_cast<size_t>(b)];
+    }
+    if (n_missing > 0) {
+        std::fprintf(stderr, "tokenizer_fuzz: %s has no token for %d bytes; its round trip is checked on text without them\n",
+                     v.name.c_str(), n_missing);
+    }
+}
+
 std::vector<loaded_vocab> load_vocabs() {
     const std::string root = test_data_root();
     std::vector<loaded_vocab> out;
@@ -146,6 +166,7 @@ std::vector<loaded_vocab> load_vocabs() {
         loaded_vocab v{name, std::move(tok).value(), false};
         v.spm_bytes = v.tok->model() == tokenizer_model::spm && v.tok->find_token("<0x00>") >= 0 &&
                       v.tok->find_token("<0xFF>") >= 0;
+        note_missing_bytes(v);
         out.push_back(std::move(v));
     }
     if (out.empty()) {
@@ -184,6 +205,13 @@ bool plain_spm(const tokenizer & t, const std::vector<token_id> & ids) {
     return true;
 }
 
+bool has_missing_byte(const loaded_vocab & v, std::string_view text) {
+    for (char c : text) {
+        if (v.bpe_byte_missing[static_cast<uint8_t>(c)]) return true;
+    }
+    return false;
+}
+
 // The BOS check tokenizes a third time; short inputs exercise it as well as long ones.
 constexpr size_t k_max_bos_check_bytes = 256;
 
@@ -206,7 +234,9 @@ void check_vocab(const loaded_vocab & v, std::string_view text) {
             FUZZ_CHECK(with_bos == ids);
         }
         if (t.model() == tokenizer_model::bpe) {
-            FUZZ_CHECK(t.detokenize(ids, special) == sanitize_utf8(text));
+            const std::string expected = sanitize_utf8(text);
+            if (has_missing_byte(v, expected)) continue;
+            FUZZ_CHECK(t.detokenize(ids, special) == expected);
         } else if (v.spm_bytes && !special && valid_utf8 && plain_spm(t, ids)) {
             FUZZ_CHECK(t.detokenize(ids, false, true) == spm_expected(text));
         }
@@ -231,8 +261,11 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
-    const std::string_view text(reinterpret_cast<const char *>(data), size);
-    for (const loaded_vocab & v : *g_vocabs) check_vocab(v, text);
+    if (size == 0) return 0;
+    // One vocabulary per input, picked by the first byte: eight per input made every
+    // run eight times slower without finding more in any one of them.
+    const loaded_vocab & v = (*g_vocabs)[data[0] % g_vocabs->size()];
+    check_vocab(v, std::string_view(reinterpret_cast<const char *>(data) + 1, size - 1));
     return 0;
 }
 
@@ -274,23 +307,29 @@ int main(int argc, char ** argv) {
         "don't I'LL we've 'S 're",
         std::string("nul\0byte", 8),
     };
+    // Each hand-written string for every vocabulary; each shared test string for the
+    // vocabulary it was written for.
+    std::vector<std::string> all;
+    for (const std::string & s : seeds) {
+        for (size_t v = 0; v < std::size(k_vocab_names); ++v) all.push_back(std::string(1, static_cast<char>(v)) + s);
+    }
     int n_shared = 0;
     const std::string root = test_data_root();
-    for (const char * name : k_vocab_names) {
-        std::ifstream in(root + "/vocab/ggml-vocab-" + name + ".gguf.inp", std::ios::binary);
+    for (size_t v = 0; v < std::size(k_vocab_names); ++v) {
+        std::ifstream in(root + "/vocab/ggml-vocab-" + k_vocab_names[v] + ".gguf.inp", std::ios::binary);
         if (!in) continue;
         std::stringstream ss;
         ss << in.rdbuf();
-        for (auto & s : split_inputs(ss.str())) {
-            seeds.push_back(std::move(s));
+        for (const std::string & s : split_inputs(ss.str())) {
+            all.push_back(std::string(1, static_cast<char>(v)) + s);
             ++n_shared;
         }
     }
     bool ok = true;
-    for (size_t i = 0; i < seeds.size(); ++i) {
-        ok &= skippy::fuzz_seeds::write_seed_file(dir + "/seed-" + std::to_string(i), seeds[i]);
+    for (size_t i = 0; i < all.size(); ++i) {
+        ok &= skippy::fuzz_seeds::write_seed_file(dir + "/seed-" + std::to_string(i), all[i]);
     }
-    std::fprintf(stderr, "tokenizer_fuzz_seeds: wrote %zu seeds (%d from %s/vocab) to %s\n", seeds.size(), n_shared,
+    std::fprintf(stderr, "tokenizer_fuzz_seeds: wrote %zu seeds (%d from %s/vocab) to %s\n", all.size(), n_shared,
                  root.c_str(), dir.c_str());
     return ok ? 0 : 1;
 }

@@ -3,6 +3,7 @@
 // data is there, the chat templates of its vocabularies. Usage: jinja_fuzz_seeds DIR
 #include "corpus_file.h"
 #include "gguf/gguf.h"
+#include "seed_files.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -11,12 +12,6 @@
 #include <string>
 
 namespace {
-
-bool write_file(const std::string & path, const std::string & bytes) {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out << bytes;
-    return static_cast<bool>(out);
-}
 
 bool read_file(const std::string & path, std::string & out) {
     std::ifstream in(path, std::ios::binary);
@@ -30,11 +25,9 @@ bool read_file(const std::string & path, std::string & out) {
 }  // namespace
 
 int main(int argc, char ** argv) {
-    if (argc != 2) {
-        std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
-        return 2;
-    }
-    const std::string dir = argv[1];
+    const char * dir_arg = skippy::fuzz_seeds::corpus_dir_arg(argc, argv);
+    if (!dir_arg) return 2;
+    const std::string dir = dir_arg;
     const std::string tests = SKIPPY_JINJA_TEST_DIR;
     std::string text, error;
     std::vector<skippy::jinja::testing::corpus_entry> entries;
@@ -47,13 +40,13 @@ int main(int argc, char ** argv) {
     for (const auto & e : entries) {
         std::string bytes = e.source;
         if (!e.context_json.empty()) bytes += std::string(1, '\0') + e.context_json;
-        ok &= write_file(dir + "/corpus_" + e.name, bytes);
+        ok &= skippy::fuzz_seeds::write_seed_file(dir + "/corpus_" + e.name, bytes);
         ++n;
     }
     for (const char * name : {"llama31_tools", "llama32_tools_system"}) {
         std::string source;
         if (read_file(tests + "/templates/" + name + ".jinja", source)) {
-            ok &= write_file(dir + "/template_" + name, source);
+            ok &= skippy::fuzz_seeds::write_seed_file(dir + "/template_" + name, source);
             ++n;
         }
     }
@@ -63,7 +56,7 @@ int main(int argc, char ** argv) {
         auto file = skippy::gguf::file::open(root + "/vocab/ggml-vocab-" + vocab + ".gguf");
         if (!file.is_ok()) continue;
         if (auto source = (*file)->get_string("tokenizer.chat_template")) {
-            ok &= write_file(dir + "/model_" + vocab, *source);
+            ok &= skippy::fuzz_seeds::write_seed_file(dir + "/model_" + vocab, *source);
             ++n;
         }
     }

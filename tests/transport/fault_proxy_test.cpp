@@ -7,8 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <future>
 #include <thread>
 
 namespace skippy::testing {
@@ -29,7 +31,7 @@ protected:
         for (int i = 1; i < 3; ++i) {
             stages_.push_back(std::make_unique<background_process>(
                 std::vector<std::string>{skippy_binary_path(), "serve-stage", "--topology", topology_for(i), "--stage", std::to_string(i),
-                                         "-t", "1", "--lanes", "1"},
+                                         "-t", "1", "--lanes", std::to_string(n_lanes_)},
                 dir_ + "/stage" + std::to_string(i) + ".log"));
         }
         for (auto & s : stages_) {
@@ -56,6 +58,7 @@ protected:
         return path;
     }
 
+    int32_t                                        n_lanes_ = 1;  // of every stage; set before SetUp
     std::string                                    dir_, model_;
     std::vector<transport::endpoint>               real_;
     std::vector<std::unique_ptr<fault_proxy>>      proxies_;
@@ -127,6 +130,92 @@ TEST_F(fault_proxy_chain, ACutLinkFailsTheRequestCleanlyAndTheChainRecovers) {
     EXPECT_TRUE(recovered) << "the chain did not recover after the cut";
     std::printf("[fault proxy] requests failed after the cut before recovery: %d\n", n_failed);
 }
+
+// The hop a proxy partitions: proxies_[i] is in front of stage i, so proxy 1 carries
+// stage 0 -> 1, proxy 2 stage 1 -> 2 and proxy 0 the final stage's return to stage 0.
+class fault_proxy_partition : public fault_proxy_chain, public ::testing::WithParamInterface<int> {
+protected:
+    fault_proxy_partition() { n_lanes_ = 8; }
+};
+
+constexpr auto k_partition = 2s;
+// Far above a 2 s partition plus the default liveness budgets (a few seconds per hop),
+// far below the 600 s reply timeout a hang used to end on.
+constexpr auto k_request_bound = 15s;
+
+// A stream is running when one hop is partitioned for 2 s (both directions stalled, no
+// byte passes, the connections stay open), then healed. The request either completes
+// with exactly the loopback tokens or fails with a timeout or unavailable error, within
+// the bound; afterwards 8 concurrent requests, one per lane, all give the reference.
+TEST_P(fault_proxy_partition, ATwoSecondPartitionEndsCleanlyAndTheNextConcurrentRequestsAreExact) {
+    const int hop = GetParam();
+    auto chain = local_stage0(topology_for(0), n_lanes_);
+    ASSERT_NE(chain, nullptr);
+    const std::vector<token_id> prompt = {1, 40, 41, 42, 43, 44};
+    constexpr int32_t n = 24;
+    const auto reference = greedy_tokens(*chain, prompt, n);
+    ASSERT_EQ(reference.size(), static_cast<size_t>(n));
+
+    generation_request req;
+    req.prompt = prompt;
+    req.max_tokens = n;
+    req.sampling.temperature = 0;
+    std::atomic<int> n_streamed{0};
+    std::promise<void> partitioned;
+    req.on_token = [&](token_id) {
+        // Mid-stream: after a few tokens, the hop goes silent (the callback must not
+        // block, or stage 0 itself would be what stalls).
+        if (++n_streamed == 3) {
+            proxies_[static_cast<size_t>(hop)]->set_stalled(true);
+            partitioned.set_value();
+        }
+        return true;
+    };
+    std::thread healer([&] {
+        if (partitioned.get_future().wait_for(k_request_bound) != std::future_status::ready) return;
+        std::this_thread::sleep_for(k_partition);
+        proxies_[static_cast<size_t>(hop)]->set_stalled(false);
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = std::async(std::launch::async, [&] { return run_generation(*chain, 0, req); });
+    const bool returned = r.wait_for(k_request_bound) == std::future_status::ready;
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (!returned) proxies_[static_cast<size_t>(hop)]->set_stalled(false);  // let it end, then fail
+    healer.join();
+    auto res = r.get();
+    ASSERT_TRUE(returned) << "the request hung past " << k_request_bound.count() << " s under a partition of hop " << hop;
+    ASSERT_GE(n_streamed.load(), 3) << "the partition did not start mid-stream";
+    if (res.is_ok()) {
+        EXPECT_EQ(res->tokens, reference) << "the request survived the partition with other tokens";
+    } else {
+        const error_code code = res.error().code();
+        EXPECT_TRUE(code == error_code::timed_out || code == error_code::unavailable) << res.error().to_string();
+        EXPECT_FALSE(res.error().message().empty());
+    }
+    std::printf("[fault proxy] hop %d partitioned %lld s mid-stream: the request %s after %.0f ms (%d tokens streamed)\n", hop,
+                static_cast<long long>(k_partition.count()), res.is_ok() ? "completed" : res.error().to_string().c_str(), ms,
+                n_streamed.load());
+
+    // Healed: the next 8 concurrent requests, one per lane, all give the reference.
+    std::vector<std::future<result<generation_result>>> after;
+    generation_request plain = req;
+    plain.on_token = nullptr;
+    for (int32_t lane = 0; lane < n_lanes_; ++lane) {
+        after.push_back(std::async(std::launch::async, [&, lane] { return run_generation(*chain, lane, plain); }));
+    }
+    for (int32_t lane = 0; lane < n_lanes_; ++lane) {
+        auto & f = after[static_cast<size_t>(lane)];
+        ASSERT_EQ(f.wait_for(k_request_bound), std::future_status::ready) << "lane " << lane << " hung after the heal";
+        auto a = f.get();
+        ASSERT_TRUE(a.is_ok()) << "lane " << lane << " after the heal: " << a.error().to_string();
+        EXPECT_EQ(a->tokens, reference) << "lane " << lane << " after the heal";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(EachHop, fault_proxy_partition, ::testing::Values(1, 2, 0),
+                         [](const ::testing::TestParamInfo<int> & p) {
+                             return p.param == 1 ? "Stage0To1" : p.param == 2 ? "Stage1To2" : "ReturnTo0";
+                         });
 
 }  // namespace
 }  // namespace skippy::testing

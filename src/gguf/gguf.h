@@ -5,8 +5,9 @@
 // `general.alignment` (default 32), then the tensor data section. See docs/gguf.md.
 //
 // The reader trusts nothing: every count, length, offset, size and type is checked
-// against the file before use, so a truncated or hostile file yields a status, never
-// a crash or an allocation larger than the file itself.
+// against the file before use, and the memory the parsed metadata and tensor table
+// take is budgeted (open_options), so a truncated or hostile file yields a status,
+// never a crash or an allocation beyond that budget.
 #pragma once
 
 #include "base/status.h"
@@ -89,6 +90,15 @@ struct tensor_info {
 struct open_options {
     // Largest string or array length accepted, in elements (bounded by file size anyway).
     uint64_t max_array_elements = uint64_t(1) << 28;
+    // Memory the parsed metadata and tensor infos may take: `metadata_bytes_per_file_byte`
+    // times the file's size, but at least `min_metadata_bytes` and at most
+    // `max_metadata_bytes`. A parsed element costs more than its encoding (a one-byte
+    // array element is a whole `value`), so without this a small hostile file could ask
+    // for a hundred times its size; vocabulary-only files need 7x to 14x (SPM ones the
+    // most), model files about 1x. Beyond the budget the file is refused.
+    uint64_t metadata_bytes_per_file_byte = 32;
+    uint64_t min_metadata_bytes = uint64_t(64) << 20;
+    uint64_t max_metadata_bytes = uint64_t(1) << 30;
 };
 
 class file {

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -39,9 +40,30 @@ bool known_value_type(uint32_t t) { return t <= static_cast<uint32_t>(value_type
 // invalid UTF-8) and cut when long, so a hostile name cannot garble a log.
 std::string quoted(std::string_view name) { return "'" + escape_bytes(name) + "'"; }
 
+// The metadata memory budget of open_options for a file of `file_bytes`.
+uint64_t metadata_budget_bytes(const open_options & o, size_t file_bytes) {
+    const uint64_t scaled = file_bytes > o.max_metadata_bytes / std::max<uint64_t>(1, o.metadata_bytes_per_file_byte)
+                                ? o.max_metadata_bytes
+                                : file_bytes * o.metadata_bytes_per_file_byte;
+    return std::min(o.max_metadata_bytes, std::max(o.min_metadata_bytes, scaled));
+}
+
 class parser {
 public:
-    parser(std::span<const uint8_t> bytes, const open_options & opts) : r_(bytes), opts_(opts) {}
+    parser(std::span<const uint8_t> bytes, const open_options & opts)
+        : r_(bytes), opts_(opts), budget_bytes_(metadata_budget_bytes(opts, bytes.size())) {}
+
+    // Accounts for `count` parsed objects of `each_bytes` before they are allocated.
+    status charge(uint64_t count, uint64_t each_bytes, const std::string & what) {
+        const uint64_t left = budget_bytes_ - used_bytes_;
+        if (each_bytes != 0 && count > left / each_bytes) {
+            return bad(what + " would take more than the " + std::to_string(budget_bytes_ >> 20) +
+                       " MiB of memory allowed for this file's metadata (" + std::to_string(used_bytes_ >> 20) +
+                       " MiB used; see gguf::open_options)");
+        }
+        used_bytes_ += count * each_bytes;
+        return status::ok();
+    }
 
     status truncated(const char * what) const {
         return make_error(error_code::invalid_data,
@@ -57,6 +79,7 @@ public:
         uint64_t len = 0;
         if (!r_.get_u64(len)) return truncated(what);
         if (len > r_.remaining()) return bad(std::string(what) + " length " + std::to_string(len) + " exceeds the file");
+        SKIPPY_TRY(charge(len, 1, what));
         std::span<const uint8_t> bytes;
         if (!r_.get_span(static_cast<size_t>(len), bytes)) return truncated(what);
         out.assign(reinterpret_cast<const char *>(bytes.data()), bytes.size());
@@ -100,6 +123,7 @@ public:
                 if (count > r_.remaining() / min_encoded_bytes(elem)) {
                     return bad("array length " + std::to_string(count) + " exceeds the file");
                 }
+                SKIPPY_TRY(charge(count, sizeof(value), "array"));
                 std::vector<value> elems(static_cast<size_t>(count));
                 for (auto & e : elems) SKIPPY_TRY(read_value(elem, e, depth + 1));
                 out = value::make_array(elem, std::move(elems));
@@ -114,6 +138,8 @@ public:
 private:
     byte_reader          r_;
     const open_options & opts_;
+    const uint64_t       budget_bytes_;
+    uint64_t             used_bytes_ = 0;
 };
 
 }  // namespace
@@ -180,6 +206,8 @@ status file::parse(const open_options & opts) {
     if (n_kv > r.remaining() / 13) return p.bad("metadata count " + std::to_string(n_kv) + " exceeds the file");
     if (n_tensors > r.remaining() / 32) return p.bad("tensor count " + std::to_string(n_tensors) + " exceeds the file");
 
+    // Each pair, and its entry in the key index (a tree node, about 96 bytes).
+    SKIPPY_TRY(p.charge(n_kv, sizeof(metadata_[0]) + 96, "metadata count " + std::to_string(n_kv)));
     metadata_.reserve(static_cast<size_t>(n_kv));
     for (uint64_t i = 0; i < n_kv; ++i) {
         std::string key;
@@ -201,6 +229,7 @@ status file::parse(const open_options & opts) {
         alignment_ = static_cast<size_t>(*al);
     }
 
+    SKIPPY_TRY(p.charge(n_tensors, sizeof(tensor_info), "tensor count " + std::to_string(n_tensors)));
     tensors_.reserve(static_cast<size_t>(n_tensors));
     for (uint64_t i = 0; i < n_tensors; ++i) {
         tensor_info t;

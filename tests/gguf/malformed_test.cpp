@@ -107,6 +107,42 @@ TEST(gguf_malformed, HugeArrayLengthIsRefused) {
     }
 }
 
+// A parsed element costs far more than its encoding (a one-byte array element becomes a
+// whole value), so the parse is budgeted by the file's size, not only bounded by it.
+TEST(gguf_malformed, MetadataThatWouldTakeMoreMemoryThanItsBudgetIsRefused) {
+    auto u8_array_image = [](uint64_t n_elems) {
+        image img(3, 0, 1);
+        img.str("big.u8s");
+        img.w.put_u32(9);  // array
+        img.w.put_u32(0);  // of u8
+        img.w.put_u64(n_elems);
+        img.w.put_zeros(static_cast<size_t>(n_elems));
+        return img.bytes;
+    };
+    // 4M one-byte elements: a 4 MiB file that would parse into ~400 MiB of values.
+    auto huge = file::from_bytes(u8_array_image(uint64_t(4) << 20));
+    ASSERT_FALSE(huge.is_ok());
+    EXPECT_EQ(huge.error().code(), error_code::invalid_data);
+    EXPECT_NE(huge.error().message().find("MiB of memory allowed"), std::string::npos) << huge.error().to_string();
+    // The same shape within the budget parses; a tighter budget refuses it.
+    const auto small = u8_array_image(1000);
+    auto ok = file::from_bytes(small);
+    ASSERT_TRUE(ok.is_ok()) << ok.error().to_string();
+    EXPECT_EQ((*ok)->find("big.u8s")->as_array()->size(), 1000u);
+    open_options tight;
+    tight.min_metadata_bytes = 0;
+    tight.metadata_bytes_per_file_byte = 4;
+    EXPECT_FALSE(file::from_bytes(small, tight).is_ok());
+    // Counts of metadata pairs and tensors are charged before their tables are reserved.
+    tight.metadata_bytes_per_file_byte = 1;
+    image many(3, 0, 2000);
+    for (int i = 0; i < 2000; ++i) many.kv_u32("k" + std::to_string(i), 1);
+    EXPECT_TRUE(file::from_bytes(many.bytes).is_ok());
+    auto refused = file::from_bytes(many.bytes, tight);
+    ASSERT_FALSE(refused.is_ok());
+    EXPECT_NE(refused.error().message().find("metadata count 2000"), std::string::npos) << refused.error().to_string();
+}
+
 TEST(gguf_malformed, UnknownValueTypesAreRefused) {
     image im(3, 0, 1);
     im.str("k");

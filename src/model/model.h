@@ -5,7 +5,7 @@
 // A model_slice binds only the tensors of its layer range (plus the embeddings when
 // it owns layer 0 and the output norm/head when it owns the last layer).
 //
-// Each architecture family (llama/qwen2, qwen3, gemma3, phi3) is one graph builder in
+// Each architecture family (llama/qwen2, qwen3, gemma3, phi3, qwen3moe, gpt-oss, qwen35) is one graph builder in
 // src/model/family_<name>.cpp over the shared pieces of src/model/blocks.h; the table
 // in src/model/families.cpp maps `general.architecture` names to them (docs/model.md).
 //

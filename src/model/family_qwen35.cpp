@@ -30,6 +30,7 @@ namespace {
 
 constexpr int64_t k_max_conv_kernel = 64;
 constexpr int64_t k_max_state = 1024;
+constexpr int64_t k_max_state_floats = int64_t{1} << 24;  // per layer and sequence (64 MB)
 
 float q35_sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 float q35_silu(float x) { return x / (1.0f + std::exp(-x)); }
@@ -65,7 +66,12 @@ status read_ssm(const metadata_reader & r, model_hparams & hp) {
         return make_error(error_code::invalid_data, "ssm.group_count (" + std::to_string(s.n_group) +
                                                         ") does not divide ssm.time_step_rank (" + std::to_string(s.n_v_head) + ")");
     }
-    if (static_cast<int64_t>(s.conv_channels()) > (1 << 20)) return make_error(error_code::invalid_data, "ssm sizes are too large");
+    // A lane's state is allocated from these alone (before any tensor is read): keep it
+    // bounded (real models hold well under a million floats per layer).
+    if (static_cast<int64_t>(s.conv_channels()) > (1 << 20) || s.matrix_state_floats() > k_max_state_floats) {
+        return make_error(error_code::invalid_data, "ssm sizes are too large (a delta-net state of " +
+                                                        std::to_string(s.matrix_state_floats()) + " floats per layer)");
+    }
     return status::ok();
 }
 

@@ -150,7 +150,8 @@ public:
     // A truncation of the sequence to n positions: kept when it holds exactly n, reset
     // at 0, invalid otherwise.
     void truncate(int64_t n);
-    // Floats of recurrent layer r (0-based among the slice's recurrent layers).
+    // For the forward pass: the floats of recurrent layer r (0-based among the slice's
+    // recurrent layers), [d_conv - 1][conv_channels] then [n_v_head][d_state][d_state].
     float * conv(int32_t r) { return data_.data() + static_cast<size_t>(r) * per_layer_; }
     float * matrix(int32_t r) { return conv(r) + conv_floats_; }
     void    set_n_tokens(int64_t n) { n_tokens_ = n; }

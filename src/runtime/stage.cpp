@@ -85,9 +85,10 @@ status stage::check_span(const lane_span & span) const {
     // KV was cut back or restored underneath it cannot rebuild the state from the KV.
     const recurrent_state & rs = lanes_[static_cast<size_t>(span.lane)].recurrent;
     if (!rs.empty() && span.pos_start != 0 && rs.n_tokens() != span.pos_start) {
-        return make_error(error_code::invalid_argument, "lane " + std::to_string(span.lane) + "'s recurrent state holds " +
-                                                            std::to_string(rs.n_tokens()) + " positions, cannot continue at " +
-                                                            std::to_string(span.pos_start) +
+        const std::string held_state = rs.n_tokens() < 0 ? "is invalid (the lane was cut back)"
+                                                         : "holds " + std::to_string(rs.n_tokens()) + " positions";
+        return make_error(error_code::invalid_argument, "lane " + std::to_string(span.lane) + "'s recurrent state " + held_state +
+                                                            ", cannot continue at " + std::to_string(span.pos_start) +
                                                             " (recurrent layers cannot be restored from KV)");
     }
     return status::ok();

@@ -125,6 +125,11 @@ TEST(qwen35, DeltaNetMetadataDisagreeingWithTheTensorsIsRefused) {
     st = q35_bind(q35_with({{"ssm.group_count", gguf::value::make_u32(3)}}));
     ASSERT_FALSE(st.is_ok());
     EXPECT_NE(st.to_string().find("ssm.group_count"), std::string::npos) << st.to_string();
+    // A state too large to allocate per lane, whatever the tensors.
+    st = q35_bind(q35_with({{"ssm.state_size", gguf::value::make_u32(1024)}, {"ssm.inner_size", gguf::value::make_u32(4 * 1024 * 8)},
+                            {"ssm.time_step_rank", gguf::value::make_u32(32)}}));
+    ASSERT_FALSE(st.is_ok());
+    EXPECT_NE(st.to_string().find("too large"), std::string::npos) << st.to_string();
     // Missing keys are named.
     st = q35_bind(q35_with({{"ssm.time_step_rank", std::nullopt}}));
     ASSERT_FALSE(st.is_ok());

@@ -267,6 +267,16 @@ probe_result stage_cache::probe(const probe_request & req) {
         r.decision = nonzero_token_start_decision;
         return r;
     }
+    if (config_.recurrent_layers) {
+        if (req.session >= 0) {
+            lock_type lock(mutex_);
+            count_look_locked(req.session, cache_tier::none);
+        }
+        r.decision = lookup_decision_name(lookup_kind::probe, lookup_outcome::miss);
+        ev.text<attr::kv_decision>(r.decision).text<attr::kv_reason>(recurrent_layers_reason);
+        emit(ev);
+        return r;
+    }
     candidates c{};
     {
         lock_type lock(mutex_);
@@ -358,6 +368,10 @@ restore_result stage_cache::restore_impl(const restore_request & req, decision_e
         count_look_locked(req.session, cache_tier::none);
         ev.text<attr::kv_decision>(r.decision).text<attr::kv_error_class>("unsupported");
         return r;
+    }
+    if (config_.recurrent_layers) {
+        ev.text<attr::kv_reason>(recurrent_layers_reason);
+        return finish(lookup_outcome::miss);
     }
     if (target < config_.min_tokens) return finish(lookup_outcome::miss);
 
@@ -456,8 +470,9 @@ activation_restore_result stage_cache::restore_with_activation(const activation_
     const int64_t max_tokens = req.max_tokens < 0 ? n : std::min(req.max_tokens, n);
     decision_event ev(lookup_event_name, req.ns.stage_index);
     note_call(ev, req.session, req.request_id, req.message_kind);
+    // A frame would skip this stage's compute, and so the recurrent state it updates.
     const bool want_frame = lookups_enabled() && activation_.enabled() && max_tokens == n && n >= config_.min_tokens &&
-                            check_token_start(req.ns).is_ok();
+                            check_token_start(req.ns).is_ok() && !config_.recurrent_layers;
     activation_key key;
     if (want_frame) key = activation_key{prefix_hash(req.ns, req.tokens), n, req.width};
     // Only a full hit skips compute, and a chunk that does not skip is computed whole, so
@@ -477,6 +492,7 @@ activation_restore_result stage_cache::restore_with_activation(const activation_
         out.outcome = activation_outcome::miss;
         // No KV tier was asked: the chunk is computed from position token_start.
         ev.num<attr::kv_token_start>(req.ns.token_start).num<attr::kv_token_count>(0).text<attr::kv_candidates>("activation=0");
+        if (config_.recurrent_layers) ev.text<attr::kv_reason>(recurrent_layers_reason);
     } else if (out.kv.outcome == lookup_outcome::error) {
         out.outcome = activation_outcome::kv_error;
     } else if (out.kv.outcome == lookup_outcome::hit) {
@@ -646,6 +662,10 @@ record_result stage_cache::record_tokens(const record_request & req, std::span<c
     if (!check_token_start(ns).is_ok()) {
         r.error = error_code::unsupported;
         return finish(record_outcome::unsupported);
+    }
+    if (config_.recurrent_layers) {
+        ev.text<attr::kv_reason>(recurrent_layers_reason);
+        return finish(record_outcome::skipped);
     }
     if (n < config_.min_tokens) return finish(record_outcome::skipped_short);
     auto held = backend_.session_tokens(session);

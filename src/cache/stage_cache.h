@@ -61,6 +61,10 @@ struct stage_cache_config {
     std::string redis_url;                        // --kv-cache-redis: redis://host[:port][/db]; "" turns the tier off
     int32_t redis_timeout_ms = 50;                // --kv-cache-redis-timeout-ms: bound on connecting and on every command
     disk_fault_hook disk_fault_for_testing;       // injected write failures (tests only)
+    // The stage has recurrent layers (qwen35): a KV prefix cannot restore their state,
+    // so every lookup is a miss and every record is skipped, each with the reason
+    // recurrent_layers_reason (set by the stage's host, not a flag).
+    bool recurrent_layers = false;
 
     // invalid_argument naming the first bad field.
     status validate() const;

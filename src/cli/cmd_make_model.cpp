@@ -67,7 +67,7 @@ void add_make_model_command(CLI::App & app, command_runner & run) {
     cmd->add_option("--preset", f->preset, "Start from a preset: tiny (README demo) or bench-200m (benchmarks)")
         ->check(CLI::IsMember({"tiny", "bench-200m"}));
     cmd->add_option("--arch", f->arch, std::string("Architecture: ") + synthetic_arch_names())
-        ->check(CLI::IsMember({"llama", "llama3", "qwen2", "qwen3", "gemma3", "phi3", "qwen3moe", "gpt-oss"}));
+        ->check(CLI::IsMember({"llama", "llama3", "qwen2", "qwen3", "gemma3", "phi3", "qwen3moe", "gpt-oss", "qwen35"}));
     add_number(cmd, "--n-embd", f->n_embd, "Embedding width", 1, 65536);
     add_number(cmd, "--n-layer", f->n_layer, "Transformer layers", 1, 1024);
     add_number(cmd, "--n-head", f->n_head, "Attention heads", 1, 4096);

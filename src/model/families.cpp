@@ -13,11 +13,12 @@ const family_i & family_gemma3();
 const family_i & family_phi3();
 const family_i & family_qwen3moe();
 const family_i & family_gptoss();
+const family_i & family_qwen35();
 
 namespace {
 
-const std::array<family_entry, 7> & families() {
-    static const std::array<family_entry, 7> table = {{
+const std::array<family_entry, 8> & families() {
+    static const std::array<family_entry, 8> table = {{
         {"llama", model_arch::llama, family_llama()},
         {"qwen2", model_arch::qwen2, family_qwen2()},
         {"qwen3", model_arch::qwen3, family_qwen3()},
@@ -25,6 +26,7 @@ const std::array<family_entry, 7> & families() {
         {"phi3", model_arch::phi3, family_phi3()},
         {"qwen3moe", model_arch::qwen3moe, family_qwen3moe()},
         {"gpt-oss", model_arch::gpt_oss, family_gptoss()},
+        {"qwen35", model_arch::qwen35, family_qwen35()},
     }};
     return table;
 }

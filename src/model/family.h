@@ -40,6 +40,14 @@ enum class tensor_role : uint8_t {
     ffn_up_shexp,
     ffn_down_shexp,
     attn_sinks,      // per-head logit in the softmax denominator [n_head] (gpt-oss)
+    attn_gate,       // delta-net output gate z [n_embd, d_inner] (qwen35)
+    ssm_conv1d,      // delta-net causal convolution [d_conv, conv_channels]
+    ssm_dt,          // delta-net decay bias [n_v_head] (ssm_dt.bias)
+    ssm_a,           // delta-net decay rate -exp(A_log) [n_v_head] (no suffix)
+    ssm_beta,        // delta-net write strength [n_embd, n_v_head]
+    ssm_alpha,       // delta-net decay input [n_embd, n_v_head]
+    ssm_norm,        // delta-net per-head output norm [d_state]
+    ssm_out,         // delta-net output projection [d_inner, n_embd]
     count,
 };
 
@@ -47,7 +55,8 @@ inline constexpr std::array<std::string_view, static_cast<size_t>(tensor_role::c
     "attn_norm", "attn_q",   "attn_k",   "attn_v",   "attn_qkv",          "attn_output", "attn_q_norm",
     "attn_k_norm", "post_attention_norm", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down",  "post_ffw_norm",
     "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps", "ffn_gate_inp_shexp", "ffn_gate_shexp",
-    "ffn_up_shexp", "ffn_down_shexp", "attn_sinks",
+    "ffn_up_shexp", "ffn_down_shexp", "attn_sinks", "attn_gate", "ssm_conv1d", "ssm_dt", "ssm_a", "ssm_beta",
+    "ssm_alpha", "ssm_norm", "ssm_out",
 };
 
 // The experts of one layer stored as one 3-D tensor [n_cols, n_rows, n_expert]: expert
@@ -94,6 +103,13 @@ struct layer_weights {
     const float *        bo = nullptr;     // attn_output bias (gpt-oss)
     const float *        sinks = nullptr;  // attn_sinks [n_head] (gpt-oss)
     moe_weights          moe;              // used when hp.moe.n_expert > 0
+    // Gated delta-net (layer_kind::recurrent): wqkv holds [q | k | v] before the conv.
+    int32_t              recurrent_index = -1;  // among the slice's recurrent layers
+    kernels::matrix_view ssm_z, ssm_beta, ssm_alpha, ssm_out;
+    const float *        ssm_conv1d = nullptr;  // [conv_channels][d_conv]
+    const float *        ssm_dt = nullptr;
+    const float *        ssm_a = nullptr;
+    const float *        ssm_norm = nullptr;
 };
 
 // Binds the tensors of layer il, checking shapes and types.
@@ -101,6 +117,7 @@ class tensor_binder {
 public:
     tensor_binder(const gguf::file & file, int32_t il) : file_(file), il_(il) {}
     int32_t il() const { return il_; }
+    // blk.<il>.<role>.<suffix>; an empty suffix names blk.<il>.<role> (ssm_a).
     std::string name(tensor_role role, std::string_view suffix = "weight") const;
     bool has(tensor_role role, std::string_view suffix = "weight") const { return file_.find_tensor(name(role, suffix)) != nullptr; }
     // A 2-D weight [n_cols, n_rows] of a type the kernels support; required.

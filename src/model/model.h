@@ -5,7 +5,7 @@
 // A model_slice binds only the tensors of its layer range (plus the embeddings when
 // it owns layer 0 and the output norm/head when it owns the last layer).
 //
-// Each architecture family (llama/qwen2, qwen3, gemma3, phi3) is one graph builder in
+// Each architecture family (llama/qwen2, qwen3, gemma3, phi3, qwen3moe, gpt-oss, qwen35) is one graph builder in
 // src/model/family_<name>.cpp over the shared pieces of src/model/blocks.h; the table
 // in src/model/families.cpp maps `general.architecture` names to them (docs/model.md).
 //
@@ -31,13 +31,14 @@ namespace skippy {
 
 using token_id = int32_t;
 
-enum class model_arch { llama, qwen2, qwen3, gemma3, phi3, qwen3moe, gpt_oss };
+enum class model_arch { llama, qwen2, qwen3, gemma3, phi3, qwen3moe, gpt_oss, qwen35 };
 enum class rope_mode { normal, neox };  // pairs (2i, 2i+1) vs (i, i + n_rot/2)
 
-// What a layer is. Attention layers today; the hybrid families add recurrent layers.
+// What a layer is.
 enum class layer_kind : uint8_t {
     attention,          // causal attention over every earlier position
     sliding_attention,  // causal attention over the last n_swa positions (itself included)
+    recurrent,          // gated delta-net (qwen35): a fixed-size state per sequence, no KV
 };
 
 // How positions rotate queries and keys (docs/model.md, "RoPE"). For pair i:
@@ -73,6 +74,22 @@ struct moe_params {
     float         weights_scale = 0;    // expert_weights_scale: != 0 and != 1 multiplies the weights
 };
 
+// The gated delta-net of recurrent layers (qwen35; docs/model.md, "Gated delta-net").
+// A token's input row is projected to conv_channels() values [q | k | v] (q and k:
+// n_group heads of d_state, v: n_v_head heads of d_state), run through a causal
+// convolution of d_conv taps per channel, and fed to a recurrence over one
+// d_state x d_state matrix per v head.
+struct ssm_params {
+    int32_t d_conv = 0;    // ssm.conv_kernel: taps of the causal convolution (the state keeps d_conv - 1 inputs)
+    int32_t d_state = 0;   // ssm.state_size: width of a q/k head (and of a v head)
+    int32_t n_group = 0;   // ssm.group_count: q/k heads
+    int32_t n_v_head = 0;  // ssm.time_step_rank: v heads (gate and beta per v head)
+    int32_t d_inner = 0;   // ssm.inner_size: n_v_head * d_state
+    int32_t conv_channels() const { return d_inner + 2 * n_group * d_state; }
+    int64_t conv_state_floats() const { return static_cast<int64_t>(d_conv - 1) * conv_channels(); }
+    int64_t matrix_state_floats() const { return static_cast<int64_t>(n_v_head) * d_state * d_state; }
+};
+
 struct model_hparams {
     model_arch  arch = model_arch::llama;
     std::string arch_name;
@@ -93,9 +110,11 @@ struct model_hparams {
     float       embd_scale = 1.0f;        // token embeddings are multiplied by this (gemma3: sqrt(n_embd))
     float       final_logit_softcap = 0;  // > 0: logits = softcap * tanh(logits / softcap)
     moe_params  moe;                      // n_expert 0: dense feed-forward
+    ssm_params  ssm;                      // used by layer_kind::recurrent layers
 
     int32_t q_dim() const { return n_head * head_dim; }
     int32_t kv_dim() const { return n_head_kv * head_dim; }
+    bool is_recurrent(int32_t il) const { return layer_kinds[static_cast<size_t>(il)] == layer_kind::recurrent; }
     const rope_params & rope_for(int32_t il) const {
         return layer_kinds[static_cast<size_t>(il)] == layer_kind::sliding_attention ? rope_swa : rope;
     }
@@ -113,14 +132,52 @@ struct layer_range {
     int32_t size() const { return end - start; }
 };
 
+// One sequence's recurrent state in a slice (model_slice::make_recurrent_state): per
+// recurrent layer of the slice, the last d_conv - 1 convolution inputs and the delta-net
+// matrices, after the sequence's first n_tokens() positions. Unlike a KV it cannot be
+// cut back: a state is either at the end of the sequence's positions, reset to none, or
+// invalid (after a truncation to a length it does not hold) until reset.
+class recurrent_state {
+public:
+    recurrent_state() = default;
+    // Positions folded into the state; -1: invalid (reset before use).
+    int64_t n_tokens() const { return n_tokens_; }
+    bool    empty() const { return layers_ == 0; }
+    // Back to the state before position 0 (zeros).
+    void reset();
+    // The state no longer matches any prefix (a truncation it cannot follow).
+    void invalidate() { n_tokens_ = -1; }
+    // A truncation of the sequence to n positions: kept when it holds exactly n, reset
+    // at 0, invalid otherwise.
+    void truncate(int64_t n);
+    // For the forward pass: the floats of recurrent layer r (0-based among the slice's
+    // recurrent layers), [d_conv - 1][conv_channels] then [n_v_head][d_state][d_state].
+    float * conv(int32_t r) { return data_.data() + static_cast<size_t>(r) * per_layer_; }
+    float * matrix(int32_t r) { return conv(r) + conv_floats_; }
+    void    set_n_tokens(int64_t n) { n_tokens_ = n; }
+    bool    has_shape(int32_t layers, int64_t conv_floats, int64_t matrix_floats) const {
+        return layers_ == layers && conv_floats_ == conv_floats && per_layer_ == static_cast<size_t>(conv_floats + matrix_floats);
+    }
+    size_t  bytes() const { return data_.size() * sizeof(float); }
+
+private:
+    friend class model_slice;
+    int32_t            layers_ = 0;
+    int64_t            conv_floats_ = 0;
+    size_t             per_layer_ = 0;
+    int64_t            n_tokens_ = 0;
+    std::vector<float> data_;
+};
+
 // One sequence's share of a batch: its KV (positions [0, pos_start) valid) and n_tokens
-// new tokens at positions [pos_start, pos_start + n_tokens). The recurrent families add
-// their per-sequence state next to `kv` (a pointer member defaulting to null), so a
-// span written {&kv, pos, n} keeps compiling.
+// new tokens at positions [pos_start, pos_start + n_tokens), plus, on a slice with
+// recurrent layers, its recurrent state (null elsewhere; a span written {&kv, pos, n}
+// keeps compiling).
 struct sequence_span {
-    kv_sequence * kv = nullptr;
-    int64_t       pos_start = 0;
-    int64_t       n_tokens = 0;
+    kv_sequence *     kv = nullptr;
+    int64_t           pos_start = 0;
+    int64_t           n_tokens = 0;
+    recurrent_state * recurrent = nullptr;
 };
 
 // Scratch buffers reused across forward calls (one per concurrent caller). Internal to
@@ -132,9 +189,13 @@ struct forward_workspace {
     std::vector<float>   moe_logits, moe_weights, moe_in, moe_gate, moe_up, moe_down;
     std::vector<int32_t> moe_experts, moe_slot, moe_count;
     std::vector<float> rope_cos, rope_sin;  // per rope variant, per row of a pass
+    // Gated delta-net: per row the convolved [q | k | v], the output gate z, beta and
+    // the decay g per v head, and the recurrence's output.
+    std::vector<float> ssm_conv, ssm_z, ssm_beta, ssm_g, ssm_out;
     struct row_ref {
-        kv_sequence * kv;
-        int64_t       pos;
+        kv_sequence *     kv;
+        int64_t           pos;
+        recurrent_state * recurrent = nullptr;
     };
     std::vector<row_ref> rows;
 };
@@ -165,6 +226,13 @@ public:
     // KV geometry this slice needs (its layers, kv_dim) for a given dtype.
     kv_geometry kv_geometry_for(kv_dtype dtype, int32_t block_tokens = 16) const;
 
+    // Recurrent layers in this slice's range (qwen35's delta-net layers). A slice with
+    // any needs a recurrent_state per sequence in every span of forward_batch.
+    int32_t n_recurrent_layers() const;
+    bool has_recurrent_layers() const { return n_recurrent_layers() > 0; }
+    // A zeroed state sized for this slice's recurrent layers (empty when it has none).
+    recurrent_state make_recurrent_state() const;
+
     // x[n_tokens, n_embd] = embedding rows (times hparams().embd_scale). Ids outside
     // [0, n_vocab) are an error.
     // REQUIRES: has_embeddings(); x holds tokens.size() * n_embd floats.
@@ -173,8 +241,13 @@ public:
     // Runs this slice's layers in place on x, which holds the rows of every span in span
     // order ([sum of n_tokens, n_embd]), writing each span's K/V into its own kv.
     // Matrix products run once over all rows; each row attends over its own sequence.
+    // Recurrent layers run each sequence's rows through its state in position order: a
+    // prompt in one call and the same prompt token by token give the same bits. A span
+    // at pos_start 0 resets its state; any other needs a state holding exactly
+    // pos_start positions (a state cannot be rebuilt from KV), else it is an error.
     // REQUIRES: every span's kv was made from a pool of kv_geometry_for(...)'s layers and
-    // width; no two spans share a kv.
+    // width; no two spans share a kv; with recurrent layers, every span has a state of
+    // make_recurrent_state()'s shape, none shared.
     // PROMISES: every row is bitwise equal to running its sequence alone, whatever the
     // mix of spans, their order and the thread count. Errors (a span past its KV's end,
     // a pool without room for every span, bad spans) compute nothing and leave each
@@ -184,7 +257,8 @@ public:
 
     // The one-span case of forward_batch: tokens at [pos_start, pos_start + n_tokens).
     status forward_layers(float * x, int64_t n_tokens, int64_t pos_start, kv_sequence & kv,
-                          kernels::thread_pool * pool, forward_workspace & ws) const;
+                          kernels::thread_pool * pool, forward_workspace & ws,
+                          recurrent_state * recurrent = nullptr) const;
 
     // logits[n_rows, n_vocab] from final hidden rows x[n_rows, n_embd] (not modified).
     // REQUIRES: has_head().
@@ -195,6 +269,7 @@ public:
 
 private:
     model_slice() = default;
+    status check_recurrent(const sequence_span & s) const;
     void forward_pass(float * x, std::span<const forward_workspace::row_ref> rows, kernels::thread_pool * pool,
                       forward_workspace & ws) const;
 

@@ -79,7 +79,9 @@ result<const float *> bind_vector(const gguf::file & f, const std::string & name
 }
 
 std::string tensor_binder::name(tensor_role role, std::string_view suffix) const {
-    return "blk." + std::to_string(il_) + "." + std::string(k_tensor_names[static_cast<size_t>(role)]) + "." + std::string(suffix);
+    std::string n = "blk." + std::to_string(il_) + "." + std::string(k_tensor_names[static_cast<size_t>(role)]);
+    if (!suffix.empty()) n += "." + std::string(suffix);
+    return n;
 }
 
 result<kernels::matrix_view> tensor_binder::matrix(tensor_role role, int64_t n_cols, int64_t n_rows) const {
@@ -169,10 +171,12 @@ result<std::unique_ptr<model_slice>> model_slice::bind(std::shared_ptr<const ggu
     }
     layers->ropes = {rope_variant{hp.rope, factors}, rope_variant{hp.rope_swa, factors}};
     for (auto & v : layers->ropes) blocks::prepare_rope(v);
+    int32_t n_recurrent = 0;
     for (int32_t il = range.start; il < range.end; ++il) {
         layer_weights lw;
         lw.kind = hp.layer_kinds[static_cast<size_t>(il)];
         lw.rope_variant = lw.kind == layer_kind::sliding_attention ? 1 : 0;
+        if (lw.kind == layer_kind::recurrent) lw.recurrent_index = n_recurrent++;
         SKIPPY_TRY(layers->family->bind_layer(tensor_binder(f, il), hp, lw));
         layers->layers.push_back(lw);
     }
@@ -187,6 +191,36 @@ kv_geometry model_slice::kv_geometry_for(kv_dtype dtype, int32_t block_tokens) c
     g.block_tokens = block_tokens;
     g.dtype = dtype;
     return g;
+}
+
+int32_t model_slice::n_recurrent_layers() const {
+    int32_t n = 0;
+    for (const layer_weights & lw : layers_->layers) n += lw.kind == layer_kind::recurrent ? 1 : 0;
+    return n;
+}
+
+recurrent_state model_slice::make_recurrent_state() const {
+    recurrent_state s;
+    s.layers_ = n_recurrent_layers();
+    if (s.layers_ == 0) return s;
+    s.conv_floats_ = hparams_.ssm.conv_state_floats();
+    s.per_layer_ = static_cast<size_t>(s.conv_floats_ + hparams_.ssm.matrix_state_floats());
+    s.data_.assign(s.per_layer_ * static_cast<size_t>(s.layers_), 0.0f);
+    return s;
+}
+
+void recurrent_state::reset() {
+    std::fill(data_.begin(), data_.end(), 0.0f);
+    n_tokens_ = 0;
+}
+
+void recurrent_state::truncate(int64_t n) {
+    if (n == n_tokens_) return;
+    if (n == 0) {
+        reset();
+    } else {
+        invalidate();
+    }
 }
 
 status model_slice::embed(std::span<const token_id> tokens, float * x) const {
@@ -208,8 +242,8 @@ status model_slice::embed(std::span<const token_id> tokens, float * x) const {
 }
 
 status model_slice::forward_layers(float * x, int64_t n_tokens, int64_t pos_start, kv_sequence & kv,
-                                   kernels::thread_pool * pool, forward_workspace & ws) const {
-    const sequence_span span{&kv, pos_start, n_tokens};
+                                   kernels::thread_pool * pool, forward_workspace & ws, recurrent_state * recurrent) const {
+    const sequence_span span{&kv, pos_start, n_tokens, recurrent};
     return forward_batch(x, std::span<const sequence_span>(&span, 1), pool, ws);
 }
 
@@ -235,6 +269,15 @@ status model_slice::forward_batch(float * x, std::span<const sequence_span> span
         geometry = &g;
         seen.push_back(s.kv);
         n_rows += s.n_tokens;
+        SKIPPY_TRY(check_recurrent(s));
+    }
+    std::vector<const recurrent_state *> seen_states;
+    for (const sequence_span & s : spans) {
+        if (s.recurrent) seen_states.push_back(s.recurrent);
+    }
+    std::sort(seen_states.begin(), seen_states.end());
+    if (std::adjacent_find(seen_states.begin(), seen_states.end()) != seen_states.end()) {
+        return make_error(error_code::invalid_argument, "two sequence spans of one batch share a recurrent state");
     }
     std::sort(seen.begin(), seen.end());
     if (std::adjacent_find(seen.begin(), seen.end()) != seen.end()) {
@@ -251,8 +294,10 @@ status model_slice::forward_batch(float * x, std::span<const sequence_span> span
         }
     }
     ws.rows.clear();
+    const bool recurrent = has_recurrent_layers();
     for (const sequence_span & s : spans) {
-        for (int64_t t = 0; t < s.n_tokens; ++t) ws.rows.push_back({s.kv, s.pos_start + t});
+        if (recurrent && s.n_tokens > 0 && s.pos_start == 0) s.recurrent->reset();
+        for (int64_t t = 0; t < s.n_tokens; ++t) ws.rows.push_back({s.kv, s.pos_start + t, recurrent ? s.recurrent : nullptr});
     }
 
     // Long batches run through all layers in passes of at most k_pass_tokens rows: the
@@ -267,6 +312,27 @@ status model_slice::forward_batch(float * x, std::span<const sequence_span> span
     for (int64_t r0 = 0; r0 < n_rows; r0 += k_pass_tokens) {
         const int64_t n = std::min(k_pass_tokens, n_rows - r0);
         forward_pass(x + r0 * hp.n_embd, rows.subspan(static_cast<size_t>(r0), static_cast<size_t>(n)), pool, ws);
+    }
+    if (recurrent) {
+        for (const sequence_span & s : spans) {
+            if (s.n_tokens > 0) s.recurrent->set_n_tokens(s.pos_start + s.n_tokens);
+        }
+    }
+    return status::ok();
+}
+
+status model_slice::check_recurrent(const sequence_span & s) const {
+    const int32_t n_layers = n_recurrent_layers();
+    if (n_layers == 0) return status::ok();
+    const ssm_params & ssm = hparams_.ssm;
+    if (!s.recurrent || !s.recurrent->has_shape(n_layers, ssm.conv_state_floats(), ssm.matrix_state_floats())) {
+        return make_error(error_code::invalid_argument,
+                          "a sequence span on a slice with recurrent layers needs a recurrent state of the slice's shape");
+    }
+    if (s.n_tokens > 0 && s.pos_start != 0 && s.recurrent->n_tokens() != s.pos_start) {
+        return make_error(error_code::invalid_argument,
+                          "recurrent state holds " + std::to_string(s.recurrent->n_tokens()) + " positions, cannot continue at " +
+                              std::to_string(s.pos_start) + " (recurrent layers cannot be restored from KV)");
     }
     return status::ok();
 }

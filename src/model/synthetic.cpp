@@ -128,13 +128,13 @@ std::optional<synthetic_model_options> synthetic_preset(const std::string & name
     return std::nullopt;
 }
 
-const char * synthetic_arch_names() { return "llama, llama3, qwen2, qwen3, gemma3, phi3, qwen3moe, gpt-oss"; }
+const char * synthetic_arch_names() { return "llama, llama3, qwen2, qwen3, gemma3, phi3, qwen3moe, gpt-oss, qwen35"; }
 
 result<gguf::writer> build_synthetic_model(const synthetic_model_options & o) {
     auto bad = [](const std::string & msg) { return make_error(error_code::invalid_argument, msg); };
     const std::string & a = o.arch;
     if (a != "llama" && a != "llama3" && a != "qwen2" && a != "qwen3" && a != "gemma3" && a != "phi3" && a != "qwen3moe" &&
-        a != "gpt-oss") {
+        a != "gpt-oss" && a != "qwen35") {
         return bad(std::string("--arch must be one of ") + synthetic_arch_names());
     }
     if (o.n_embd < 1 || o.n_layer < 1 || o.n_head < 1 || o.n_head_kv < 1 || o.n_ff < 1) return bad("model dimensions must be positive");
@@ -153,11 +153,12 @@ result<gguf::writer> build_synthetic_model(const synthetic_model_options & o) {
     // What each family writes beyond llama's tensors (docs/model.md).
     const std::string gguf_arch = a == "llama3" ? "llama" : a;
     const bool qkv_bias = a == "qwen2" || a == "gpt-oss";
-    const bool qk_norm = a == "qwen3" || a == "gemma3" || a == "qwen3moe";
+    const bool hybrid = a == "qwen35";
+    const bool qk_norm = a == "qwen3" || a == "gemma3" || a == "qwen3moe" || hybrid;
     const bool post_norms = a == "gemma3";
     const bool fused = a == "phi3";           // attn_qkv and a gate/up ffn_up
-    const bool tied = a == "qwen3" || a == "gemma3";
-    const bool own_head_dim = a == "qwen3" || a == "gemma3" || moe;
+    const bool tied = a == "qwen3" || a == "gemma3" || hybrid;
+    const bool own_head_dim = a == "qwen3" || a == "gemma3" || moe || hybrid;
     const bool qk_norm_moe = a == "qwen3moe";  // writes attention.key_length
 
     SKIPPY_ASSIGN_OR_RETURN(quant_mix mix, parse_quant_mix(o.type));
@@ -168,6 +169,7 @@ result<gguf::writer> build_synthetic_model(const synthetic_model_options & o) {
     const std::string p = gguf_arch + ".";
     float freq_base = 10000.0f;
     if (a == "qwen2" || a == "qwen3" || a == "gemma3" || moe) freq_base = 1000000.0f;
+    if (hybrid) freq_base = 10000000.0f;
     if (a == "llama3") freq_base = 500000.0f;
     if (gptoss) freq_base = 150000.0f;
     w.set("general.architecture", gguf::value::make_string(gguf_arch));
@@ -178,7 +180,25 @@ result<gguf::writer> build_synthetic_model(const synthetic_model_options & o) {
     w.set(p + "block_count", gguf::value::make_u32(static_cast<uint32_t>(o.n_layer)));
     w.set(p + "attention.head_count", gguf::value::make_u32(static_cast<uint32_t>(o.n_head)));
     w.set(p + "attention.head_count_kv", gguf::value::make_u32(static_cast<uint32_t>(o.n_head_kv)));
-    w.set(p + "attention.layer_norm_rms_epsilon", gguf::value::make_f32(a == "gemma3" || a == "qwen3" || a == "qwen3moe" ? 1e-6f : 1e-5f));
+    w.set(p + "attention.layer_norm_rms_epsilon",
+          gguf::value::make_f32(a == "gemma3" || a == "qwen3" || a == "qwen3moe" || hybrid ? 1e-6f : 1e-5f));
+    // qwen35: delta-net layers with q/k groups per KV head and v heads per query head,
+    // each d_state = head_dim wide; a quarter of each attention head rotates (M-RoPE
+    // sections over its pairs, as Qwen3.5), one attention layer in four.
+    const int32_t ssm_conv = 4, ssm_state = head_dim, ssm_groups = o.n_head_kv, ssm_v_heads = o.n_head;
+    const int32_t ssm_inner = ssm_v_heads * ssm_state, ssm_channels = ssm_inner + 2 * ssm_groups * ssm_state;
+    const int32_t hybrid_rot = std::max(2, head_dim / 4 / 2 * 2);
+    if (hybrid) {
+        w.set(p + "ssm.conv_kernel", gguf::value::make_u32(ssm_conv));
+        w.set(p + "ssm.state_size", gguf::value::make_u32(static_cast<uint32_t>(ssm_state)));
+        w.set(p + "ssm.group_count", gguf::value::make_u32(static_cast<uint32_t>(ssm_groups)));
+        w.set(p + "ssm.time_step_rank", gguf::value::make_u32(static_cast<uint32_t>(ssm_v_heads)));
+        w.set(p + "ssm.inner_size", gguf::value::make_u32(static_cast<uint32_t>(ssm_inner)));
+        w.set(p + "full_attention_interval", gguf::value::make_u32(4));
+        w.set(p + "rope.dimension_count", gguf::value::make_u32(static_cast<uint32_t>(hybrid_rot)));
+        const int32_t pairs = hybrid_rot / 2, sec = pairs * 3 / 8;
+        w.set(p + "rope.dimension_sections", gguf::value::make_i32_array({sec, sec, pairs - 2 * sec, 0}));
+    }
     if (gptoss) {  // as gpt-oss-20b: YaRN x32 over 4096 positions, a window on even layers
         w.set(p + "rope.scaling.type", gguf::value::make_string("yarn"));
         w.set(p + "rope.scaling.factor", gguf::value::make_f32(32.0f));
@@ -262,7 +282,36 @@ result<gguf::writer> build_synthetic_model(const synthetic_model_options & o) {
     for (int32_t il = 0; il < o.n_layer; ++il) {
         const std::string b = "blk." + std::to_string(il) + ".";
         add_norm(b + "attn_norm.weight", o.n_embd);
-        if (fused) {
+        if (hybrid && (il + 1) % 4 != 0) {  // a gated delta-net layer
+            const float amp_inner = std::sqrt(3.0f / static_cast<float>(ssm_inner));
+            SKIPPY_TRY(add_matrix(b + "attn_qkv.weight", il, o.n_embd, ssm_channels, amp_in));
+            SKIPPY_TRY(add_matrix(b + "attn_gate.weight", il, o.n_embd, ssm_inner, amp_in));
+            w.add_tensor(b + "ssm_conv1d.weight", {ssm_conv, ssm_channels}, tensor_type::f32,
+                         f32_vector(r, static_cast<int64_t>(ssm_conv) * ssm_channels, 0.0f, 0.5f));
+            w.add_tensor(b + "ssm_dt.bias", {ssm_v_heads}, tensor_type::f32, f32_vector(r, ssm_v_heads, 0.0f, 1.0f));
+            std::vector<uint8_t> a_log = f32_vector(r, ssm_v_heads, 0.0f, 1.0f);  // stored as -exp(A_log), as the converter does
+            for (int32_t h = 0; h < ssm_v_heads; ++h) {
+                float v = 0;
+                std::memcpy(&v, a_log.data() + h * 4, 4);
+                v = -std::exp(v);
+                std::memcpy(a_log.data() + h * 4, &v, 4);
+            }
+            w.add_tensor(b + "ssm_a", {ssm_v_heads}, tensor_type::f32, std::move(a_log));
+            SKIPPY_TRY(add_matrix(b + "ssm_beta.weight", il, o.n_embd, ssm_v_heads, amp_in));
+            SKIPPY_TRY(add_matrix(b + "ssm_alpha.weight", il, o.n_embd, ssm_v_heads, amp_in));
+            add_norm(b + "ssm_norm.weight", ssm_state);
+            SKIPPY_TRY(add_matrix(b + "ssm_out.weight", il, ssm_inner, o.n_embd, amp_inner));
+            add_norm(b + "post_attention_norm.weight", o.n_embd);
+            SKIPPY_TRY(add_matrix(b + "ffn_gate.weight", il, o.n_embd, o.n_ff, amp_in));
+            SKIPPY_TRY(add_matrix(b + "ffn_up.weight", il, o.n_embd, o.n_ff, amp_in));
+            SKIPPY_TRY(add_matrix(b + "ffn_down.weight", il, o.n_ff, o.n_embd, amp_ff));
+            continue;
+        }
+        if (hybrid) {  // gated attention: attn_q holds [query | gate] per head
+            SKIPPY_TRY(add_matrix(b + "attn_q.weight", il, o.n_embd, 2 * q_dim, amp_in));
+            SKIPPY_TRY(add_matrix(b + "attn_k.weight", il, o.n_embd, kv_dim, amp_in));
+            SKIPPY_TRY(add_matrix(b + "attn_v.weight", il, o.n_embd, kv_dim, amp_in));
+        } else if (fused) {
             SKIPPY_TRY(add_matrix(b + "attn_qkv.weight", il, o.n_embd, q_dim + 2 * kv_dim, amp_in));
         } else {
             SKIPPY_TRY(add_matrix(b + "attn_q.weight", il, o.n_embd, q_dim, amp_in));
@@ -283,8 +332,8 @@ result<gguf::writer> build_synthetic_model(const synthetic_model_options & o) {
             w.add_tensor(b + "attn_output.bias", {o.n_embd}, tensor_type::f32, f32_vector(r, o.n_embd, 0.0f, 0.1f));
             w.add_tensor(b + "attn_sinks.weight", {o.n_head}, tensor_type::f32, f32_vector(r, o.n_head, 0.0f, 1.0f));
         }
-        if (post_norms || gptoss) add_norm(b + "post_attention_norm.weight", o.n_embd);  // gpt-oss: the FFN's norm
-        if (!gptoss) add_norm(b + "ffn_norm.weight", o.n_embd);
+        if (post_norms || gptoss || hybrid) add_norm(b + "post_attention_norm.weight", o.n_embd);  // gpt-oss, qwen35: the FFN's norm
+        if (!gptoss && !hybrid) add_norm(b + "ffn_norm.weight", o.n_embd);
         if (moe) {
             // The router stays F32, as llama-quantize leaves it.
             w.add_tensor(b + "ffn_gate_inp.weight", {o.n_embd, o.n_expert}, tensor_type::f32,

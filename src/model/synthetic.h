@@ -14,7 +14,7 @@ namespace skippy {
 
 struct synthetic_model_options {
     // llama | llama3 (llama with Llama 3.1 RoPE factors, rope_freqs.weight) | qwen2 |
-    // qwen3 | gemma3 | phi3 | qwen3moe (docs/model.md lists what each writes).
+    // qwen3 | gemma3 | phi3 | qwen3moe | gpt-oss | qwen35 (docs/model.md lists what each writes).
     std::string arch = "llama";
     int32_t     n_embd = 128;
     int32_t     n_layer = 4;

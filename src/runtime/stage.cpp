@@ -50,7 +50,10 @@ result<std::unique_ptr<stage>> stage::load(std::shared_ptr<const gguf::file> fil
     const int64_t n_blocks = blocks_per_lane * options.n_lanes + options.kv_extra_blocks;
     s->kv_pool_ = std::make_unique<kv_pool>(s->slice_->kv_geometry_for(options.kv_type, options.kv_block_tokens), n_blocks);
     s->lanes_.resize(static_cast<size_t>(options.n_lanes));
-    for (auto & lane : s->lanes_) lane.kv = std::make_unique<kv_sequence>(*s->kv_pool_);
+    for (auto & lane : s->lanes_) {
+        lane.kv = std::make_unique<kv_sequence>(*s->kv_pool_);
+        lane.recurrent = s->slice_->make_recurrent_state();
+    }
     return s;
 }
 
@@ -77,6 +80,16 @@ status stage::check_span(const lane_span & span) const {
     if (span.pos_start > held) {
         return make_error(error_code::invalid_argument, "position " + std::to_string(span.pos_start) + " skips past the " +
                                                             std::to_string(held) + " tokens the lane holds");
+    }
+    // A recurrent state only continues from its own end (or restarts at 0): a lane whose
+    // KV was cut back or restored underneath it cannot rebuild the state from the KV.
+    const recurrent_state & rs = lanes_[static_cast<size_t>(span.lane)].recurrent;
+    if (!rs.empty() && span.pos_start != 0 && rs.n_tokens() != span.pos_start) {
+        const std::string held_state = rs.n_tokens() < 0 ? "is invalid (the lane was cut back)"
+                                                         : "holds " + std::to_string(rs.n_tokens()) + " positions";
+        return make_error(error_code::invalid_argument, "lane " + std::to_string(span.lane) + "'s recurrent state " + held_state +
+                                                            ", cannot continue at " + std::to_string(span.pos_start) +
+                                                            " (recurrent layers cannot be restored from KV)");
     }
     return status::ok();
 }
@@ -164,7 +177,8 @@ void stage::forward_batch(std::span<const lane_span> spans, float * x, std::span
 status stage::run_layers(std::span<const lane_span> spans, float * x) {
     batch_spans_.clear();
     for (const lane_span & s : spans) {
-        batch_spans_.push_back(sequence_span{lanes_[static_cast<size_t>(s.lane)].kv.get(), s.pos_start, s.n_tokens});
+        lane_state & lane = lanes_[static_cast<size_t>(s.lane)];
+        batch_spans_.push_back(sequence_span{lane.kv.get(), s.pos_start, s.n_tokens, lane.recurrent.empty() ? nullptr : &lane.recurrent});
     }
     return slice_->forward_batch(x, batch_spans_, pool_.get(), ws_);
 }
@@ -176,7 +190,17 @@ void stage::logits(std::span<const float> hidden, int64_t n_rows, std::span<floa
 
 void stage::truncate_lane(int32_t lane, int64_t n_tokens) {
     if (!check_lane(lane).is_ok()) return;
-    lanes_[static_cast<size_t>(lane)].kv->truncate(std::max<int64_t>(0, n_tokens));
+    lane_state & l = lanes_[static_cast<size_t>(lane)];
+    l.kv->truncate(std::max<int64_t>(0, n_tokens));
+    if (!l.recurrent.empty()) l.recurrent.truncate(std::max<int64_t>(0, n_tokens));
+}
+
+bool stage::has_recurrent_layers() const { return slice_->has_recurrent_layers(); }
+
+int64_t stage::lane_recurrent_tokens(int32_t lane) const {
+    if (!check_lane(lane).is_ok()) return -1;
+    const recurrent_state & rs = lanes_[static_cast<size_t>(lane)].recurrent;
+    return rs.empty() ? lane_tokens(lane) : rs.n_tokens();
 }
 
 }  // namespace skippy

@@ -89,8 +89,17 @@ public:
     // logits[n_rows, n_vocab] of hidden rows. REQUIRES: is_last().
     void logits(std::span<const float> hidden, int64_t n_rows, std::span<float> out);
 
-    // Drops the lane's positions >= n_tokens.
+    // Drops the lane's positions >= n_tokens. With recurrent layers the lane's state
+    // follows only a truncation to its own length or to 0; any other leaves it invalid,
+    // and the lane can then only restart at position 0.
     void truncate_lane(int32_t lane, int64_t n_tokens);
+
+    // The slice has recurrent layers (qwen35): their per-lane state cannot be rebuilt
+    // from KV, so a reused or restored KV prefix can only continue where the state is.
+    bool has_recurrent_layers() const;
+    // Positions the lane's recurrent state holds (lane_tokens without recurrent layers;
+    // -1 when invalid or no such lane). A span may start at 0 or exactly here.
+    int64_t lane_recurrent_tokens(int32_t lane) const;
 
     // Called inside forward(), under the compute lock, just before the lane's KV is
     // extended for positions [pos_start, pos_start + n_tokens): a prefix cache evicts
@@ -102,6 +111,7 @@ public:
 private:
     struct lane_state {
         std::unique_ptr<kv_sequence> kv;
+        recurrent_state              recurrent;  // empty without recurrent layers
     };
     stage() = default;
     status check_lane(int32_t lane) const;

@@ -98,7 +98,7 @@ INSTANTIATE_TEST_SUITE_P(shared, golden_logits,
                                            "synth-llama3-f32", "synth-llama3-Q4_K_M", "synth-qwen3-f32",
                                            "synth-qwen3-Q4_K_M", "synth-gemma3-f32", "synth-gemma3-Q4_K_M",
                                            "synth-phi3-f32", "synth-phi3-Q4_K_M", "synth-qwen3moe-f32",
-                                           "synth-qwen3moe-Q4_K_M"),
+                                           "synth-qwen3moe-Q4_K_M", "synth-qwen35-f32"),
                          [](const auto & param_info) {
                              std::string s = param_info.param;
                              for (char & ch : s) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';

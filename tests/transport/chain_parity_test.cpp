@@ -34,7 +34,7 @@ TEST_P(chain_parity, EverySplitMatchesTheMonolithicRun) {
     }
     std::vector<int32_t> splits = {2, 3};
     if (name == "stories260K") splits.push_back(5);
-    for (const char * family : {"synth-llama3-", "synth-qwen3-", "synth-gemma3-", "synth-phi3-", "synth-gptoss-"}) {
+    for (const char * family : {"synth-llama3-", "synth-qwen3-", "synth-gemma3-", "synth-phi3-", "synth-gptoss-", "synth-qwen35-"}) {
         if (name.starts_with(family)) splits.push_back(4);
     }
     for (int32_t n_stages : splits) {
@@ -61,7 +61,7 @@ INSTANTIATE_TEST_SUITE_P(shared, chain_parity,
                                            "synth-llama3-f32", "synth-llama3-Q4_K_M", "synth-qwen3-f32",
                                            "synth-qwen3-Q4_K_M", "synth-gemma3-f32", "synth-gemma3-Q4_K_M",
                                            "synth-phi3-f32", "synth-phi3-Q4_K_M", "synth-qwen3moe-f32",
-                                           "synth-qwen3moe-Q4_K_M", "synth-gptoss-f32", "synth-gptoss-MXFP4"),
+                                           "synth-qwen3moe-Q4_K_M", "synth-gptoss-f32", "synth-gptoss-MXFP4", "synth-qwen35-f32"),
                          [](const auto & param_info) {
                              std::string s = param_info.param;
                              for (char & ch : s) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';

@@ -42,9 +42,11 @@ status q35_bind(const gguf::writer & w) {
 gguf::writer q35_with(const std::vector<std::pair<std::string, std::optional<gguf::value>>> & changes) {
     auto file = parse(q35_writer(q35_options()));
     gguf::writer w;
-    for (const auto & [key, v] : file->metadata()) {
+    for (const auto & entry : file->metadata()) {
+        // (A named reference, not a structured binding: clang 14 cannot capture those.)
+        const std::string & key = entry.first;
         const auto change = std::find_if(changes.begin(), changes.end(), [&](const auto & c) { return "qwen35." + c.first == key; });
-        if (change == changes.end()) w.set(key, v);
+        if (change == changes.end()) w.set(key, entry.second);
     }
     for (const auto & [key, v] : changes) {
         if (v) w.set("qwen35." + key, *v);

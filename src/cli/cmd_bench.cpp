@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/read_bandwidth.h"
+#include "kernels/kernels.h"
 #include "runtime/pipeline.h"
 
 #include <nlohmann/json.hpp>
@@ -237,6 +238,7 @@ int run_bench(const bench_options & o) {
     j["model"] = o.model_path;
     j["weight_type"] = weight_type_name(**file);
     j["threads"] = n_threads;
+    j["kernels"] = kernels::active_implementation();
     j["stages"] = (*made)->n_stages();
     j["prompt_tokens"] = o.prompt_tokens;
     j["gen_tokens"] = o.gen_tokens;
@@ -282,6 +284,7 @@ int run_concurrent(const bench_options & o) {
     j["model"] = o.model_path;
     j["weight_type"] = weight_type_name(**file);
     j["threads"] = n_threads;
+    j["kernels"] = kernels::active_implementation();
     j["stages"] = pipeline.n_stages();
     j["concurrency"] = n;
     j["prompt_tokens"] = o.prompt_tokens;
@@ -401,6 +404,7 @@ void add_bench_command(CLI::App & app, command_runner & run) {
     CLI::App * cmd = app.add_subcommand("bench", "Measure prefill and decode speed (JSON)");
     cmd->add_option("-m,--model", o->model_path, "GGUF model file")->required()->check(CLI::ExistingFile);
     add_number(cmd, "-t,--threads", o->threads, "Threads (default: physical cores)", 1, 1024);
+    add_kernels_flag(cmd);
     add_number(cmd, "--prompt-tokens", o->prompt_tokens, "Prompt tokens to prefill", 1, 1 << 20)->capture_default_str();
     add_number(cmd, "--gen-tokens", o->gen_tokens, "Tokens to decode", 0, 1 << 20)->capture_default_str();
     add_number(cmd, "--repeat", o->repeat, "Repetitions (medians are reported)", 1, 1000)->capture_default_str();

@@ -102,6 +102,7 @@ void add_eval_logits_command(CLI::App & app, command_runner & run) {
     cmd->add_option("--tokens", o->tokens, "Comma-separated token ids, evaluated as given (nothing added)")->required();
     add_number(cmd, "--top", o->top, "Logits to print per position", 1, 1 << 24)->capture_default_str();
     add_number(cmd, "-t,--threads", o->threads, "Threads (default: physical cores)", 1, 1024);
+    add_kernels_flag(cmd);
     add_number(cmd, "-b,--batch-size", o->batch_size, "Evaluate in chunks of this many tokens (default: one batch)", 1, 1 << 24);
     cmd->add_option("--kv-type", o->kv_type, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
     cmd->add_flag("--json", o->json, "Print {\"positions\": [{\"pos\", \"top\": [[token, logit], ...]}]}");

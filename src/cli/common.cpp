@@ -2,6 +2,7 @@
 
 #include "base/log.h"
 #include "cache/redis_client.h"
+#include "kernels/kernels.h"
 #include "protocol/protocol.h"
 #include "runtime/stage.h"
 
@@ -73,6 +74,29 @@ CLI::Validator real_in(double lo, double hi, bool single_precision) {
         "FLOAT in " + range);
 }
 
+namespace {
+// The --kernels value of the command line (one command runs per process).
+std::string & kernels_choice() {
+    static std::string choice;
+    return choice;
+}
+}  // namespace
+
+void add_kernels_flag(CLI::App * cmd) {
+    cmd->add_option("--kernels", kernels_choice(),
+                    "Kernel path: scalar, avx2, avx512, amx or auto (default: the fastest this CPU supports; all give "
+                    "the same bits)")
+        ->check(CLI::IsMember({"scalar", "avx2", "avx512", "amx", "auto"}));
+}
+
+status apply_kernels_flag() {
+    if (kernels_choice().empty()) return status::ok();
+    status st = kernels::select_implementation(kernels_choice());
+    if (!st) return st.with_context("--kernels");
+    SKIPPY_LOG_INFO("kernel path %s (forced by --kernels)", kernels::active_implementation());
+    return status::ok();
+}
+
 int32_t resolve_threads(int32_t flag) { return flag > 0 ? flag : physical_core_count(); }
 
 double median(std::vector<double> v) {
@@ -83,6 +107,7 @@ double median(std::vector<double> v) {
 
 void add_runtime_flags(CLI::App * cmd, runtime_flags & f, int32_t default_lanes) {
     f.lanes = default_lanes;
+    add_kernels_flag(cmd);
     add_number(cmd, "-t,--threads", f.threads, "Threads per stage (default: physical cores)", 1, 1024);
     add_number(cmd, "-c,--ctx-size", f.ctx_size, "Context size in tokens per lane (default: the model's, at most 4096)", 1, 1 << 24);
     add_number(cmd, "--lanes", f.lanes, "Concurrent sessions (lanes) per stage", 1, 1024)->capture_default_str();

@@ -49,6 +49,16 @@ CLI::Option * add_number(CLI::App * cmd, const std::string & name, T & value, co
     }
 }
 
+// Adds --kernels scalar|avx2|avx512|amx|auto (the kernel path; default auto, the fastest
+// this CPU supports). The choice is applied by apply_kernels_flag() before the command
+// runs, for the whole process.
+void add_kernels_flag(CLI::App * cmd);
+
+// Applies the --kernels choice of the command being run (none given: ok, the path stays
+// the automatic one). unsupported, naming the missing CPU feature, when the CPU lacks
+// the path.
+status apply_kernels_flag();
+
 // Threads to use: the flag when > 0, else the physical core count.
 int32_t resolve_threads(int32_t flag);
 
@@ -85,7 +95,7 @@ struct runtime_flags {
     std::string telemetry_level = "summary";
 };
 
-// Adds -t, -c/--ctx-size, --lanes, --kv-type, --stage-key-file, --stage-tls, --wire-delay-ms, the
+// Adds --kernels (add_kernels_flag), -t, -c/--ctx-size, --lanes, --kv-type, --stage-key-file, --stage-tls, --wire-delay-ms, the
 // --kv-cache* flags (incl. --kv-cache-demote on|off, --kv-cache-disk DIR,
 // --kv-cache-disk-max-bytes, --kv-cache-redis URL, --kv-cache-redis-timeout-ms) and
 // --telemetry-file/--telemetry-level.

@@ -1,5 +1,6 @@
 #include "base/log.h"
 #include "cli/commands.h"
+#include "cli/common.h"
 
 #include <cstdio>
 
@@ -30,5 +31,10 @@ int main(int argc, char ** argv) {
         return app.exit(e) == 0 ? 0 : 2;
     }
     skippy::set_log_level(quiet ? skippy::log_level::error : verbosity > 0 ? skippy::log_level::debug : skippy::log_level::info);
-    return run ? run() : 2;
+    if (!run) return 2;
+    if (const skippy::status st = skippy::cli::apply_kernels_flag(); !st) {
+        std::fprintf(stderr, "skippy: error: %s\n", st.to_string().c_str());
+        return 2;
+    }
+    return run();
 }

@@ -6,7 +6,7 @@
 // base/byte_io.h ...), and keep helpers in an unnamed namespace. An inline function
 // instantiated in an AVX2 file is compiled with AVX2 instructions, and the linker may
 // pick that copy for the whole program, which would then crash on a CPU without AVX2.
-// The kernels.NoSharedSymbolsInAvx2Objects test checks the object files for weak
+// The kernels.NoSharedSymbolsIn_<isa>_Objects tests check the object files for weak
 // symbols.
 //
 // How the AVX2 kernels reproduce the scalar reference bit for bit:

@@ -44,12 +44,37 @@ void add_scaled_rows(tensor_type t, const float * a, const uint8_t * rows, size_
     k->add_scaled(a, rows, row_stride_bytes, n_rows, y, n);
 }
 
-const char * active_implementation() {
-    switch (active_impl()) {
-        case implementation::scalar: return "scalar";
-        case implementation::avx2: return "avx2";
+const char * active_implementation() { return implementation_name(active_impl()); }
+
+status select_implementation(std::string_view name) {
+    if (name == "auto") {
+        implementation best = implementation::scalar;
+        for (implementation impl : k_all_implementations) {
+            if (cpu_supports(impl)) best = impl;
+        }
+        set_active_impl(best);
+        return status::ok();
     }
-    return "scalar";
+    for (implementation impl : k_all_implementations) {
+        if (name != implementation_name(impl)) continue;
+        if (!cpu_supports(impl)) {
+            return {error_code::unsupported,
+                    std::string("kernel path '") + implementation_name(impl) + "' needs " + missing_cpu_features(impl) +
+                        ", which this CPU or system lacks"};
+        }
+        set_active_impl(impl);
+        return status::ok();
+    }
+    return {error_code::invalid_argument,
+            "'" + std::string(name) + "' is not a kernel path (scalar, avx2, avx512, amx or auto)"};
+}
+
+std::vector<std::string> supported_implementations() {
+    std::vector<std::string> out;
+    for (implementation impl : k_all_implementations) {
+        if (cpu_supports(impl)) out.emplace_back(implementation_name(impl));
+    }
+    return out;
 }
 
 }  // namespace skippy::kernels

@@ -13,6 +13,7 @@
 // today it does not: the AVX2 kernels reproduce the scalar reference exactly.
 #pragma once
 
+#include "base/status.h"
 #include "base/tensor_type.h"
 
 #include <cstddef>
@@ -20,6 +21,9 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
+#include <string_view>
+#include <vector>
 
 namespace skippy::kernels {
 
@@ -117,10 +121,19 @@ void exp_shifted(const float * x, float shift, float * y, int64_t n);
 // be gate or up), with exp_shifted's exp; the same bits in every implementation.
 void swiglu(const float * gate, const float * up, float * out, int64_t n);
 
-// Implementation in use: "avx2" or "scalar". Chosen once per process from CPUID
-// (AVX2, FMA and F16C); SKIPPY_KERNELS=scalar forces the reference path. Both give
-// bitwise the same results; AVX2 is faster.
+// The kernel path in use: "scalar", "avx2", "avx512" or "amx". Chosen on first use
+// from CPUID (the fastest path the CPU supports; SKIPPY_KERNELS=<path> forces one), or
+// by select_implementation. Every path gives bitwise the same results.
 const char * active_implementation();
+
+// Forces a kernel path by name ("scalar", "avx2", "avx512", "amx", or "auto" for the
+// fastest this CPU supports), for the whole process; call it before computing.
+// invalid_argument for an unknown name, unsupported (naming the missing CPU feature)
+// when this CPU cannot run that path.
+status select_implementation(std::string_view name);
+
+// The paths this CPU supports, slowest first ("scalar" always first).
+std::vector<std::string> supported_implementations();
 
 // A persistent pool of worker threads, created once and reused by every call.
 // parallel_for runs fn(task) exactly once for every task in [0, n_tasks) across the

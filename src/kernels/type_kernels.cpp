@@ -7,11 +7,18 @@
 #include "base/log.h"
 
 #include <array>
+#include <atomic>
+#include <cassert>
 #include <cstdlib>
 #include <string_view>
 
 #if SKIPPY_KERNELS_AVX2
+#include "kernels/quants_amx.h"
+#include "kernels/quants_avx512.h"
+
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace skippy::kernels {
@@ -128,62 +135,213 @@ table make_avx2_table() {
     }
     return t;
 }
+
+// The AVX2 table with what the AVX-512 kernels accelerate replaced (avx512_table.cpp).
+table make_avx512_table() {
+    table t = make_avx2_table();
+    avx512::install_kernels(t.data(), t.size());
+    return t;
+}
+
+// The AVX-512 table with what the AMX tiles accelerate replaced (amx_table.cpp).
+table make_amx_table() {
+    table t = make_avx512_table();
+    amx::install_kernels(t.data(), t.size());
+    return t;
+}
 #endif
 
-// AVX2, FMA and F16C in CPUID, and YMM state enabled by the OS (XCR0 bits 1 and 2):
-// without the latter the instructions fault even on a CPU that has them.
-bool cpu_has_avx2_fma_f16c() {
+// What CPUID and XCR0 say, read once. AMX also needs the kernel's permission to use
+// tile data (Linux 5.16+, arch_prctl ARCH_REQ_XCOMP_PERM), asked for here: without it
+// the first tile instruction kills the process.
+struct cpu_features {
+    bool         avx2 = false;  // with FMA, F16C and YMM state enabled by the OS
+    bool         avx512 = false;  // F, BW, VL, DQ, VNNI, with ZMM and opmask state enabled
+    bool         amx = false;     // TILE, INT8, tile state enabled and permitted
+    const char * avx2_missing = "a build with the x86-64 kernels";
+    const char * avx512_missing = "a build with the x86-64 kernels";
+    const char * amx_missing = "a build with the x86-64 kernels";
+};
+
+cpu_features read_cpu_features() {
+    cpu_features f;
 #if SKIPPY_KERNELS_AVX2
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) {
+        f.avx2_missing = f.avx512_missing = f.amx_missing = "CPUID leaf 1";
+        return f;
+    }
     const bool fma = (ecx & (1u << 12)) != 0;
     const bool osxsave = (ecx & (1u << 27)) != 0;
     const bool avx = (ecx & (1u << 28)) != 0;
     const bool f16c = (ecx & (1u << 29)) != 0;
-    if (!(fma && osxsave && avx && f16c)) return false;
-    unsigned xcr0_lo = 0, xcr0_hi = 0;
-    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-    if ((xcr0_lo & 0x6u) != 0x6u) return false;
-    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
-    return (ebx & (1u << 5)) != 0;  // AVX2
-#else  // no AVX2 kernels in this build
-    return false;
+    uint64_t xcr0 = 0;
+    if (osxsave) {
+        unsigned lo = 0, hi = 0;
+        __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+        xcr0 = (static_cast<uint64_t>(hi) << 32) | lo;
+    }
+    unsigned ebx7 = 0, ecx7 = 0, edx7 = 0;
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) {
+        ebx7 = ebx;
+        ecx7 = ecx;
+        edx7 = edx;
+    }
+    const bool avx2 = (ebx7 & (1u << 5)) != 0;
+    if (!(fma && avx && f16c && avx2)) {
+        f.avx2_missing = !avx2 ? "AVX2" : !fma ? "FMA" : !f16c ? "F16C" : "AVX";
+    } else if (!osxsave || (xcr0 & 0x6u) != 0x6u) {
+        f.avx2_missing = "YMM state enabled by the OS";
+    } else {
+        f.avx2 = true;
+        f.avx2_missing = "";
+    }
+    if (!f.avx2) {
+        f.avx512_missing = f.amx_missing = f.avx2_missing;
+        return f;
+    }
+    const bool avx512f = (ebx7 & (1u << 16)) != 0;
+    const bool avx512dq = (ebx7 & (1u << 17)) != 0;
+    const bool avx512bw = (ebx7 & (1u << 30)) != 0;
+    const bool avx512vl = (ebx7 & (1u << 31)) != 0;
+    const bool avx512vnni = (ecx7 & (1u << 11)) != 0;
+    if (!avx512f) {
+        f.avx512_missing = "AVX-512 F";
+    } else if (!avx512bw) {
+        f.avx512_missing = "AVX-512 BW";
+    } else if (!avx512vl) {
+        f.avx512_missing = "AVX-512 VL";
+    } else if (!avx512dq) {
+        f.avx512_missing = "AVX-512 DQ";
+    } else if (!avx512vnni) {
+        f.avx512_missing = "AVX-512 VNNI";
+    } else if ((xcr0 & 0xe0u) != 0xe0u) {
+        f.avx512_missing = "ZMM and opmask state enabled by the OS";
+    } else {
+        f.avx512 = true;
+        f.avx512_missing = "";
+    }
+    if (!f.avx512) {
+        f.amx_missing = f.avx512_missing;
+        return f;
+    }
+    const bool amx_tile = (edx7 & (1u << 24)) != 0;
+    const bool amx_int8 = (edx7 & (1u << 25)) != 0;
+    if (!amx_tile) {
+        f.amx_missing = "AMX-TILE";
+    } else if (!amx_int8) {
+        f.amx_missing = "AMX-INT8";
+    } else if ((xcr0 & 0x60000u) != 0x60000u) {
+        f.amx_missing = "AMX tile state enabled by the OS";
+    } else {
+        constexpr long arch_req_xcomp_perm = 0x1023;
+        constexpr long xfeature_xtiledata = 18;
+        if (syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) != 0) {
+            f.amx_missing = "the kernel's permission for AMX tile data (arch_prctl ARCH_REQ_XCOMP_PERM)";
+        } else {
+            f.amx = true;
+            f.amx_missing = "";
+        }
+    }
 #endif
+    return f;
+}
+
+const cpu_features & features() {
+    static const cpu_features f = read_cpu_features();
+    return f;
+}
+
+implementation fastest_supported() {
+    implementation best = implementation::scalar;
+    for (implementation impl : k_all_implementations) {
+        if (cpu_supports(impl)) best = impl;
+    }
+    return best;
 }
 
 implementation choose_implementation() {
     const char * env = std::getenv("SKIPPY_KERNELS");
     const std::string_view wanted = env ? env : "";
-    if (wanted == "scalar") return implementation::scalar;
-    if (!wanted.empty() && wanted != "auto" && wanted != "avx2") {
-        SKIPPY_LOG_WARN("SKIPPY_KERNELS=%s is not an implementation (scalar, avx2, auto); using auto", env);
+    if (wanted.empty() || wanted == "auto") return fastest_supported();
+    for (implementation impl : k_all_implementations) {
+        if (wanted != implementation_name(impl)) continue;
+        if (cpu_supports(impl)) return impl;
+        SKIPPY_LOG_WARN("SKIPPY_KERNELS=%s, but this CPU lacks %s; using the fastest supported path", env,
+                        missing_cpu_features(impl));
+        return fastest_supported();
     }
-    const bool avx2 = cpu_has_avx2_fma_f16c();
-    if (wanted == "avx2" && !avx2) SKIPPY_LOG_WARN("SKIPPY_KERNELS=avx2, but this CPU lacks AVX2, FMA or F16C; using scalar");
-    return avx2 ? implementation::avx2 : implementation::scalar;
+    SKIPPY_LOG_WARN("SKIPPY_KERNELS=%s is not a kernel path (scalar, avx2, avx512, amx, auto); using auto", env);
+    return fastest_supported();
+}
+
+// -1 until chosen.
+std::atomic<int> g_active_impl{-1};
+
+using type_index = std::array<const type_kernels *, 64>;
+
+type_index make_index(implementation impl) {
+    type_index a{};
+    for (uint32_t i = 0; i < a.size(); ++i) a[i] = kernel_table(impl, static_cast<tensor_type>(i));
+    return a;
 }
 
 }  // namespace
 
+const char * implementation_name(implementation impl) {
+    switch (impl) {
+        case implementation::scalar: return "scalar";
+        case implementation::avx2: return "avx2";
+        case implementation::avx512: return "avx512";
+        case implementation::amx: return "amx";
+    }
+    return "scalar";
+}
+
 bool cpu_supports(implementation impl) {
     switch (impl) {
         case implementation::scalar: return true;
-        case implementation::avx2: {
-            static const bool has = cpu_has_avx2_fma_f16c();
-            return has;
-        }
+        case implementation::avx2: return features().avx2;
+        case implementation::avx512: return features().avx512;
+        case implementation::amx: return features().amx;
     }
     return false;
 }
 
+const char * missing_cpu_features(implementation impl) {
+    switch (impl) {
+        case implementation::scalar: return "";
+        case implementation::avx2: return features().avx2_missing;
+        case implementation::avx512: return features().avx512_missing;
+        case implementation::amx: return features().amx_missing;
+    }
+    return "";
+}
+
 const type_kernels * kernel_table(implementation impl, tensor_type t) {
+    if (!cpu_supports(impl)) return nullptr;
     switch (impl) {
         case implementation::scalar: return find(k_scalar_table, t);
         case implementation::avx2: {
 #if SKIPPY_KERNELS_AVX2
-            if (!cpu_supports(implementation::avx2)) return nullptr;
             static const table avx2_table = make_avx2_table();
             return find(avx2_table, t);
+#else
+            return nullptr;
+#endif
+        }
+        case implementation::avx512: {
+#if SKIPPY_KERNELS_AVX2
+            static const table avx512_table = make_avx512_table();
+            return find(avx512_table, t);
+#else
+            return nullptr;
+#endif
+        }
+        case implementation::amx: {
+#if SKIPPY_KERNELS_AVX2
+            static const table amx_table = make_amx_table();
+            return find(amx_table, t);
 #else
             return nullptr;
 #endif
@@ -193,20 +351,48 @@ const type_kernels * kernel_table(implementation impl, tensor_type t) {
 }
 
 implementation active_impl() {
-    static const implementation impl = choose_implementation();
-    return impl;
+    int v = g_active_impl.load(std::memory_order_acquire);
+    if (v < 0) {
+        int expected = -1;
+        const int chosen = static_cast<int>(choose_implementation());
+        v = g_active_impl.compare_exchange_strong(expected, chosen, std::memory_order_acq_rel) ? chosen : expected;
+    }
+    return static_cast<implementation>(v);
 }
 
-// Looked up per matmul and per attention block: an array indexed by type number,
-// filled once, instead of a search.
+void set_active_impl(implementation impl) {
+    assert(cpu_supports(impl));
+    g_active_impl.store(static_cast<int>(impl), std::memory_order_release);
+}
+
+// Looked up per matmul and per attention block: an array per implementation indexed by
+// type number, filled once, instead of a search.
 const type_kernels * active_kernels(tensor_type t) {
-    static const std::array<const type_kernels *, 64> by_type = [] {
-        std::array<const type_kernels *, 64> a{};
-        for (uint32_t i = 0; i < a.size(); ++i) a[i] = kernel_table(active_impl(), static_cast<tensor_type>(i));
-        return a;
-    }();
+    const type_index * index = nullptr;
+    switch (active_impl()) {
+        case implementation::scalar: {
+            static const type_index a = make_index(implementation::scalar);
+            index = &a;
+            break;
+        }
+        case implementation::avx2: {
+            static const type_index a = make_index(implementation::avx2);
+            index = &a;
+            break;
+        }
+        case implementation::avx512: {
+            static const type_index a = make_index(implementation::avx512);
+            index = &a;
+            break;
+        }
+        case implementation::amx: {
+            static const type_index a = make_index(implementation::amx);
+            index = &a;
+            break;
+        }
+    }
     const auto i = static_cast<uint32_t>(t);
-    return i < by_type.size() ? by_type[i] : nullptr;
+    return index != nullptr && i < index->size() ? (*index)[i] : nullptr;
 }
 
 }  // namespace skippy::kernels

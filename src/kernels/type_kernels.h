@@ -63,21 +63,43 @@ struct type_kernels {
     add_scaled_fn add_scaled = nullptr;
 };
 
-enum class implementation { scalar, avx2 };
+// The kernel paths, slowest first. Every path gives bitwise the scalar reference's
+// results; a faster path starts from the table of the one before it and replaces the
+// entries it accelerates (avx512 from avx2, amx from avx512).
+//   scalar  the reference, any CPU
+//   avx2    AVX2 + FMA + F16C
+//   avx512  AVX-512 F/BW/VL/DQ + VNNI (and everything avx2 needs)
+//   amx     AMX-TILE + AMX-INT8, with the OS's permission for tile data (and avx512)
+enum class implementation { scalar, avx2, avx512, amx };
+inline constexpr implementation k_all_implementations[] = {implementation::scalar, implementation::avx2,
+                                                           implementation::avx512, implementation::amx};
 
-// True when this CPU can run the implementation (scalar: always).
+// "scalar", "avx2", "avx512", "amx".
+const char * implementation_name(implementation impl);
+
+// True when this CPU (and OS) can run the implementation (scalar: always).
 bool cpu_supports(implementation impl);
+
+// What this CPU lacks for impl ("AVX-512 VNNI", "AMX-INT8", "the kernel's permission
+// for AMX tile data", ...), or "" when cpu_supports(impl).
+const char * missing_cpu_features(implementation impl);
 
 // Kernels of type t in the given implementation, or null when t has none there (or
 // the CPU cannot run that implementation).
 // The scalar table covers F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K,
-// Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (weights) and Q8_K, Q8_1 (activations only).
+// Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (weights) and Q8_K, Q8_1 (activations only); every
+// other table holds the same types.
 const type_kernels * kernel_table(implementation impl, tensor_type t);
 
-// The implementation in use, chosen once per process: AVX2 when CPUID reports AVX2,
-// FMA and F16C (and the OS saves YMM state), else scalar. SKIPPY_KERNELS=scalar forces
-// the reference path.
+// The implementation in use. Until select_implementation() is called it is chosen
+// once, on first use: SKIPPY_KERNELS (scalar, avx2, avx512, amx or auto) when set and
+// supported, else the fastest path this CPU supports.
 implementation active_impl();
+
+// Makes impl the implementation in use from now on (for every thread).
+// REQUIRES: cpu_supports(impl); no kernel call in progress on any thread (results are
+// the same bits either way, but a product must not switch tables midway).
+void set_active_impl(implementation impl);
 
 // kernel_table(active_impl(), t).
 const type_kernels * active_kernels(tensor_type t);

@@ -1,8 +1,9 @@
-// The AVX2 kernels against the scalar reference: activation encoders write the same
-// bytes, products give the same bits (the AVX2 kernels reproduce the reference's
-// operation order, see src/kernels/avx2_util.h), and a tile of any shape gives every
-// output bitwise equal to vec_dot (batch invariance between matrix-vector and
-// matrix-matrix products). Skipped on CPUs without AVX2, FMA and F16C.
+// The fast kernel paths (AVX2, AVX-512, AMX) against the scalar reference: activation
+// encoders write the same bytes, products give the same bits (every path reproduces the
+// reference's operation order, see src/kernels/avx2_util.h), and a tile of any shape
+// gives every output bitwise the scalar vec_dot (batch invariance between
+// matrix-vector and matrix-matrix products, and across paths). A path the CPU lacks is
+// skipped with a message naming the missing feature.
 #include "kernel_test_util.h"
 
 #include "kernels/blocks.h"
@@ -18,6 +19,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
+#include <tuple>
 #include <vector>
 
 namespace skippy::kernels {
@@ -27,13 +30,31 @@ using testing::random_row;
 
 const type_kernels & scalar_of(tensor_type t) { return *kernel_table(implementation::scalar, t); }
 const type_kernels & avx2_of(tensor_type t) { return *kernel_table(implementation::avx2, t); }
+const type_kernels & path_of(implementation impl, tensor_type t) { return *kernel_table(impl, t); }
+
+constexpr implementation k_fast_paths[] = {implementation::avx2, implementation::avx512, implementation::amx};
+
+// Makes impl the active path for a scope (matmul dispatches through the active table).
+class scoped_path {
+public:
+    explicit scoped_path(implementation impl) : previous_(active_impl()) { set_active_impl(impl); }
+    ~scoped_path() { set_active_impl(previous_); }
+    scoped_path(const scoped_path &) = delete;
+    scoped_path & operator=(const scoped_path &) = delete;
+
+private:
+    implementation previous_;
+};
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
 
-#define SKIP_WITHOUT_AVX2()                                                        \
-    do {                                                                           \
-        if (!cpu_supports(implementation::avx2)) GTEST_SKIP() << "no AVX2/FMA/F16C"; \
+#define SKIP_WITHOUT(impl)                                                                                   \
+    do {                                                                                                     \
+        if (!cpu_supports(impl)) {                                                                           \
+            GTEST_SKIP() << implementation_name(impl) << " path: this CPU lacks " << missing_cpu_features(impl); \
+        }                                                                                                    \
     } while (0)
+#define SKIP_WITHOUT_AVX2() SKIP_WITHOUT(implementation::avx2)
 
 // Weights written by the (scalar) weight encoder.
 std::vector<uint8_t> weight_rows(tensor_type t, int64_t n_rows, int64_t n, uint64_t seed) {
@@ -67,42 +88,49 @@ std::vector<int64_t> odd_sizes(tensor_type t) {
     return {block, 2 * block, 3 * block, 7 * block};
 }
 
-class avx2_per_type : public ::testing::TestWithParam<tensor_type> {};
+// (path, weight type)
+class path_per_type : public ::testing::TestWithParam<std::tuple<implementation, tensor_type>> {
+protected:
+    implementation impl() const { return std::get<0>(GetParam()); }
+    tensor_type type() const { return std::get<1>(GetParam()); }
+    const type_kernels & fast() const { return path_of(impl(), type()); }
+};
 
-TEST_P(avx2_per_type, VecDotEqualsTheScalarReferenceBitwise) {
-    SKIP_WITHOUT_AVX2();
-    const tensor_type t = GetParam();
+TEST_P(path_per_type, VecDotEqualsTheScalarReferenceBitwise) {
+    SKIP_WITHOUT(impl());
+    const tensor_type t = type();
     for (int64_t n : odd_sizes(t)) {
         for (uint64_t seed = 0; seed < 8; ++seed) {
             const auto w = weight_rows(t, 1, n, 10 + seed);
             const auto x = activation_rows(t, 1, n, 20 + seed);
             const float reference = scalar_of(t).vec_dot(w.data(), x.data(), n);
-            const float fast = avx2_of(t).vec_dot(w.data(), x.data(), n);
-            ASSERT_TRUE(same_bits(reference, fast)) << "n " << n << " seed " << seed << ": " << reference << " vs " << fast;
+            const float fast_value = fast().vec_dot(w.data(), x.data(), n);
+            ASSERT_TRUE(same_bits(reference, fast_value)) << "n " << n << " seed " << seed << ": " << reference << " vs " << fast_value;
         }
     }
 }
 
-// Every tile shape (row and token tails around the 8-lane and register-tile widths),
-// with strides larger than a row, gives each output exactly vec_dot's bits.
-TEST_P(avx2_per_type, MulTileOfAnyShapeEqualsVecDotBitwise) {
-    SKIP_WITHOUT_AVX2();
-    const tensor_type t = GetParam();
-    const type_kernels & k = avx2_of(t);
+// Every tile shape (row and token tails around the 8- and 16-lane and the register and
+// AMX tile widths), with strides larger than a row, gives each output exactly the
+// scalar vec_dot's bits.
+TEST_P(path_per_type, MulTileOfAnyShapeEqualsVecDotBitwise) {
+    SKIP_WITHOUT(impl());
+    const tensor_type t = type();
+    const type_kernels & k = fast();
     ASSERT_NE(k.mul_tile, nullptr);
     const int64_t n = testing::block_elems_of(t) == 1 ? 45 : 3 * testing::block_elems_of(t);
-    const int64_t max_rows = 19, max_tokens = 18;
+    const int64_t max_rows = 33, max_tokens = 49;
     const auto w = weight_rows(t, max_rows, n, 3);
     const auto x = activation_rows(t, max_tokens, n, 4);
     const size_t w_row = row_bytes(t, n), x_row = row_bytes(k.vec_dot_type, n);
-    for (int64_t n_rows : {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 19}) {
-        for (int64_t n_tokens : {1, 2, 3, 7, 8, 9, 16, 17, 18}) {
+    for (int64_t n_rows : {1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 19, 32, 33}) {
+        for (int64_t n_tokens : {1, 2, 3, 7, 8, 9, 15, 16, 17, 18, 31, 32, 33, 49}) {
             const int64_t y_stride = n_rows + 3;
             std::vector<float> y(static_cast<size_t>(n_tokens * y_stride), -1.0f);
             k.mul_tile(w.data(), w_row, n_rows, x.data(), x_row, n_tokens, n, y.data(), y_stride);
             for (int64_t tok = 0; tok < n_tokens; ++tok) {
                 for (int64_t r = 0; r < n_rows; ++r) {
-                    const float expected = k.vec_dot(w.data() + r * w_row, x.data() + tok * x_row, n);
+                    const float expected = scalar_of(t).vec_dot(w.data() + r * w_row, x.data() + tok * x_row, n);
                     ASSERT_TRUE(same_bits(y[tok * y_stride + r], expected))
                         << n_rows << "x" << n_tokens << " tile, row " << r << " token " << tok;
                 }
@@ -113,13 +141,13 @@ TEST_P(avx2_per_type, MulTileOfAnyShapeEqualsVecDotBitwise) {
 }
 
 // Rows long enough that the tile processes them in several chunks of blocks.
-TEST_P(avx2_per_type, MulTileOfLongRowsEqualsVecDotBitwise) {
-    SKIP_WITHOUT_AVX2();
-    const tensor_type t = GetParam();
-    const type_kernels & k = avx2_of(t);
+TEST_P(path_per_type, MulTileOfLongRowsEqualsVecDotBitwise) {
+    SKIP_WITHOUT(impl());
+    const tensor_type t = type();
+    const type_kernels & k = fast();
     const int64_t block = testing::block_elems_of(t);
     const int64_t n = block == 1 ? 4099 : (block == 32 ? 300 * 32 : 70 * 256);
-    const int64_t n_rows = 3, n_tokens = 9;
+    const int64_t n_rows = 19, n_tokens = 35;
     const auto w = weight_rows(t, n_rows, n, 5);
     const auto x = activation_rows(t, n_tokens, n, 6);
     const size_t w_row = row_bytes(t, n), x_row = row_bytes(k.vec_dot_type, n);
@@ -135,28 +163,28 @@ TEST_P(avx2_per_type, MulTileOfLongRowsEqualsVecDotBitwise) {
     }
 }
 
-TEST_P(avx2_per_type, DequantizationEqualsTheScalarReferenceBitwise) {
-    SKIP_WITHOUT_AVX2();
-    const tensor_type t = GetParam();
+TEST_P(path_per_type, DequantizationEqualsTheScalarReferenceBitwise) {
+    SKIP_WITHOUT(impl());
+    const tensor_type t = type();
     for (int64_t n : odd_sizes(t)) {
         const auto w = weight_rows(t, 1, n, 30);
-        std::vector<float> reference(static_cast<size_t>(n)), fast(static_cast<size_t>(n), -1.0f);
+        std::vector<float> reference(static_cast<size_t>(n)), decoded(static_cast<size_t>(n), -1.0f);
         scalar_of(t).to_float(w.data(), reference.data(), n);
-        avx2_of(t).to_float(w.data(), fast.data(), n);
-        ASSERT_EQ(std::memcmp(reference.data(), fast.data(), fast.size() * sizeof(float)), 0) << "n " << n;
+        fast().to_float(w.data(), decoded.data(), n);
+        ASSERT_EQ(std::memcmp(reference.data(), decoded.data(), decoded.size() * sizeof(float)), 0) << "n " << n;
     }
 }
 
-// The whole product as the model calls it (matmul on the AVX2 path, any thread count,
-// rows and tokens with tails) against the scalar reference: the scalar activation
-// encoder and the scalar vec_dot of each row and token.
-TEST_P(avx2_per_type, MatmulEqualsTheScalarReferenceBitwise) {
-    SKIP_WITHOUT_AVX2();
-    if (active_impl() != implementation::avx2) GTEST_SKIP() << "AVX2 path not active (SKIPPY_KERNELS)";
-    const tensor_type t = GetParam();
+// The whole product as the model calls it (matmul on this path, any thread count, rows
+// and tokens with tails) against the scalar reference: the scalar activation encoder
+// and the scalar vec_dot of each row and token.
+TEST_P(path_per_type, MatmulEqualsTheScalarReferenceBitwise) {
+    SKIP_WITHOUT(impl());
+    const scoped_path path(impl());
+    const tensor_type t = type();
     const tensor_type at = scalar_of(t).vec_dot_type;
     const int64_t n = testing::block_elems_of(t) == 1 ? 67 : 3 * testing::block_elems_of(t);
-    const int64_t n_rows = 21, n_tokens = 11;
+    const int64_t n_rows = 53, n_tokens = 37;
     const auto w = weight_rows(t, n_rows, n, 40);
     std::vector<float> x;
     for (int64_t i = 0; i < n_tokens; ++i) {
@@ -174,7 +202,7 @@ TEST_P(avx2_per_type, MatmulEqualsTheScalarReferenceBitwise) {
     }
     for (int n_threads : {1, 2, 3, 4}) {
         thread_pool pool(n_threads);
-        for (int64_t tokens : {int64_t(1), int64_t(8), n_tokens}) {
+        for (int64_t tokens : {int64_t(1), int64_t(8), int64_t(16), n_tokens}) {
             std::vector<float> y(static_cast<size_t>(tokens * n_rows));
             matmul(matrix_view{t, w.data(), n, n_rows}, x.data(), tokens, y.data(), &pool);
             for (int64_t i = 0; i < tokens; ++i) {
@@ -188,8 +216,12 @@ TEST_P(avx2_per_type, MatmulEqualsTheScalarReferenceBitwise) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(kernels, avx2_per_type, ::testing::ValuesIn(testing::weight_types()),
-                         [](const auto & p) { return testing::type_param_name(p.param); });
+INSTANTIATE_TEST_SUITE_P(kernels, path_per_type,
+                         ::testing::Combine(::testing::ValuesIn(k_fast_paths), ::testing::ValuesIn(testing::weight_types())),
+                         [](const auto & p) {
+                             return std::string(implementation_name(std::get<0>(p.param))) + "_" +
+                                    testing::type_param_name(std::get<1>(p.param));
+                         });
 
 // Weight bytes at the code extremes (every bit set, none set, random) against
 // activations whose codes are all +127 or all -127: the largest integer sums the
@@ -219,8 +251,10 @@ void fill_extreme_activations(tensor_type at, int64_t n, int8_t code, std::vecto
     }
 }
 
-TEST(kernels_avx2, ExtremeCodesEqualTheScalarReferenceBitwise) {
-    SKIP_WITHOUT_AVX2();
+class path_only : public ::testing::TestWithParam<implementation> {};
+
+TEST_P(path_only, ExtremeCodesEqualTheScalarReferenceBitwise) {
+    SKIP_WITHOUT(GetParam());
     struct weight_case {
         tensor_type              t;
         size_t                   block_bytes;
@@ -234,7 +268,7 @@ TEST(kernels_avx2, ExtremeCodesEqualTheScalarReferenceBitwise) {
         {tensor_type::q6_k, q6_k_block_bytes, {q6_k_off_d}},
     };
     for (const weight_case & c : cases) {
-        const type_kernels & fast = avx2_of(c.t);
+        const type_kernels & fast = path_of(GetParam(), c.t);
         const type_kernels & reference = scalar_of(c.t);
         const int64_t n = 2 * qk_k, n_rows = 9;
         const size_t w_row = row_bytes(c.t, n);
@@ -304,23 +338,24 @@ std::vector<std::vector<float>> special_rows(int64_t n) {
     return rows;
 }
 
-TEST(kernels_avx2, ActivationEncodersWriteTheScalarBytes) {
-    SKIP_WITHOUT_AVX2();
+TEST_P(path_only, ActivationEncodersWriteTheScalarBytes) {
+    SKIP_WITHOUT(GetParam());
     for (tensor_type at : {tensor_type::f16, tensor_type::bf16, tensor_type::q8_0, tensor_type::q8_1, tensor_type::q8_k}) {
         const int64_t block = testing::block_elems_of(at);
         for (int64_t n : block == 1 ? std::vector<int64_t>{1, 7, 15, 16, 17, 33, 512} : std::vector<int64_t>{block, 4 * block}) {
             for (const auto & x : special_rows(n)) {
                 std::vector<uint8_t> reference(row_bytes(at, n)), fast(row_bytes(at, n), 0xee);
                 scalar_of(at).from_float_activation(x.data(), reference.data(), n);
-                avx2_of(at).from_float_activation(x.data(), fast.data(), n);
+                path_of(GetParam(), at).from_float_activation(x.data(), fast.data(), n);
                 ASSERT_EQ(reference, fast) << tensor_type_name(at) << " n " << n;
             }
         }
     }
 }
 
-TEST(kernels_avx2, DotRowsAndAddScaledRowsEqualTheScalarReference) {
-    SKIP_WITHOUT_AVX2();
+TEST_P(path_only, DotRowsAndAddScaledRowsEqualTheScalarReference) {
+    SKIP_WITHOUT(GetParam());
+    const auto fast_of = [&](tensor_type t) -> const type_kernels & { return path_of(GetParam(), t); };
     for (tensor_type t : {tensor_type::f32, tensor_type::f16}) {
         for (int64_t n : {1, 7, 31, 32, 33, 64, 67, 128}) {
             const auto xs = random_row(n, 700);
@@ -328,7 +363,7 @@ TEST(kernels_avx2, DotRowsAndAddScaledRowsEqualTheScalarReference) {
             std::vector<uint8_t> xb(row_bytes(t, n)), yb(row_bytes(t, n));
             scalar_of(t).from_float(xs.data(), xb.data(), n);
             scalar_of(t).from_float(ys.data(), yb.data(), n);
-            EXPECT_TRUE(same_bits(scalar_of(t).vec_dot(xb.data(), yb.data(), n), avx2_of(t).vec_dot(xb.data(), yb.data(), n)));
+            EXPECT_TRUE(same_bits(scalar_of(t).vec_dot(xb.data(), yb.data(), n), fast_of(t).vec_dot(xb.data(), yb.data(), n)));
             // Rows: x, y, x again, with a stride larger than a row.
             const size_t rb = row_bytes(t, n), stride = rb + 6;
             std::vector<uint8_t> rows(3 * stride, 0x55);
@@ -339,7 +374,7 @@ TEST(kernels_avx2, DotRowsAndAddScaledRowsEqualTheScalarReference) {
             std::vector<float> acc_reference = random_row(n, 702), acc_fast = acc_reference;
             for (int64_t n_rows : {1, 3}) {
                 scalar_of(t).add_scaled(a, rows.data(), stride, n_rows, acc_reference.data(), n);
-                avx2_of(t).add_scaled(a, rows.data(), stride, n_rows, acc_fast.data(), n);
+                fast_of(t).add_scaled(a, rows.data(), stride, n_rows, acc_fast.data(), n);
             }
             EXPECT_EQ(std::memcmp(acc_reference.data(), acc_fast.data(), acc_fast.size() * sizeof(float)), 0)
                 << tensor_type_name(t) << " n " << n;
@@ -394,6 +429,9 @@ TEST(kernels_exp, ApproximationIsWithinAFewUlpOfExp) {
     }
 }
 
+INSTANTIATE_TEST_SUITE_P(kernels, path_only, ::testing::ValuesIn(k_fast_paths),
+                         [](const auto & p) { return std::string(implementation_name(p.param)); });
+
 TEST(kernels_avx2, ScalarTableHasNoTilesAndAvx2TableAcceleratesEveryWeightType) {
     for (tensor_type t : testing::weight_types()) {
         EXPECT_EQ(scalar_of(t).mul_tile, nullptr) << tensor_type_name(t);
@@ -402,6 +440,53 @@ TEST(kernels_avx2, ScalarTableHasNoTilesAndAvx2TableAcceleratesEveryWeightType) 
             EXPECT_NE(avx2_of(t).vec_dot, scalar_of(t).vec_dot) << tensor_type_name(t);
         }
     }
+}
+
+// Forcing a path by name: names round-trip, an unknown name and a path the CPU lacks are
+// refused with a message that says why, and the automatic choice is the fastest path
+// this CPU supports.
+TEST(kernels_paths, SelectionByNameRefusesUnknownNamesAndPathsTheCpuLacks) {
+    const implementation before = active_impl();
+    const status bad = select_implementation("avx1024");
+    EXPECT_EQ(bad.code(), error_code::invalid_argument);
+    EXPECT_NE(bad.message().find("avx1024"), std::string::npos) << bad.message();
+    EXPECT_EQ(active_impl(), before) << "a refused name must not change the path";
+    const auto supported = supported_implementations();
+    ASSERT_FALSE(supported.empty());
+    EXPECT_EQ(supported.front(), "scalar");
+    for (implementation impl : k_all_implementations) {
+        const std::string name = implementation_name(impl);
+        const status st = select_implementation(name);
+        if (cpu_supports(impl)) {
+            EXPECT_TRUE(st.is_ok()) << st.to_string();
+            EXPECT_EQ(active_implementation(), name);
+            EXPECT_STREQ(missing_cpu_features(impl), "");
+            for (tensor_type t : testing::weight_types()) {
+                ASSERT_NE(kernel_table(impl, t), nullptr) << name << " " << tensor_type_name(t);
+                EXPECT_NE(kernel_table(impl, t)->vec_dot, nullptr) << name << " " << tensor_type_name(t);
+            }
+        } else {
+            EXPECT_EQ(st.code(), error_code::unsupported) << name;
+            EXPECT_NE(st.message().find(missing_cpu_features(impl)), std::string::npos) << st.message();
+            EXPECT_NE(std::string(missing_cpu_features(impl)), "");
+            EXPECT_EQ(kernel_table(impl, tensor_type::q8_0), nullptr) << name;
+        }
+    }
+    ASSERT_TRUE(select_implementation("auto").is_ok());
+    EXPECT_EQ(active_implementation(), supported.back());
+    set_active_impl(before);
+}
+
+// The paths form a chain: a CPU that supports one supports every slower one.
+TEST(kernels_paths, EachPathImpliesTheSlowerOnes) {
+    bool slower_supported = true;
+    for (implementation impl : k_all_implementations) {
+        if (cpu_supports(impl)) EXPECT_TRUE(slower_supported) << implementation_name(impl);
+        slower_supported = slower_supported && cpu_supports(impl);
+    }
+    std::printf("kernel paths this CPU runs:");
+    for (const auto & name : supported_implementations()) std::printf(" %s", name.c_str());
+    std::printf("\n");
 }
 
 }  // namespace

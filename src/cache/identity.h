@@ -29,7 +29,7 @@ struct namespace_fields {
     int32_t     kv_layout = 1;         // KV page layout id (kv_page_layout_layer_major)
     int32_t     kv_block_tokens = 16;  // attention reduces over keys in blocks of this size
     int32_t     ctx_size = 0;          // positions per lane
-    std::string platform_tag;          // kernel path / CPU family that produced the KV (e.g. "x86_64-avx2")
+    std::string platform_tag;          // CPU architecture that produced the KV (e.g. "x86_64"; every kernel path of it gives the same bits)
     std::string cache_key;             // client partition (prompt_cache_key / salt); empty: none
     int64_t     token_start = 0;       // first position the prefixes start at (only 0 is served)
 };

@@ -46,11 +46,15 @@ std::string model_identity(const gguf::file & file, layer_range layers) {
     return h.finish().hex();
 }
 
+// Every kernel path of an x86-64 build (scalar, AVX2, AVX-512, AMX) gives bitwise the
+// same products (tests/kernels/fast_paths_test.cpp per kernel, and
+// tests/model/kernel_paths_test.cpp on every shared model), so nodes with different
+// CPUs share their KV; only the architecture separates namespaces.
 std::string platform_tag() {
 #if defined(__x86_64__)
-    return std::string("x86_64-") + kernels::active_implementation();
+    return "x86_64";
 #else
-    return std::string("other-") + kernels::active_implementation();
+    return "other-scalar";
 #endif
 }
 

@@ -36,7 +36,8 @@ struct cache_settings {
 // shape, type, placement or those bytes.
 std::string model_identity(const gguf::file & file, layer_range layers);
 
-// "x86_64-avx2" and the like: KV computed by one kernel path is only reused by it.
+// "x86_64": the architecture only. Every kernel path gives the same bits, so KV made by
+// an AVX2 node is reused by an AMX node and the other way round.
 std::string platform_tag();
 
 // What a stage reports at a /metrics scrape: its KV pool and, with a cache, its tiers

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -42,6 +43,43 @@ TEST(cli_shared, StoriesGreedyGenerationMatchesTheReference) {
         EXPECT_EQ(j["prompt_tokens"], c["prompt_tokens"].size());
         EXPECT_EQ(j["text"], c["greedy_text"]) << "the continuation keeps its leading space";
     }
+}
+
+// --kernels: every path this CPU runs prints the same positions (bitwise the same
+// logits, as JSON numbers), a path it lacks is refused with exit 2 and the missing
+// feature, and bench reports the path it ran.
+TEST(cli_shared, EvalLogitsPrintsTheSamePositionsOnEveryKernelPath) {
+    SKIPPY_REQUIRE_TEST_FILE(model, "models/synth-llama-Q4_K_M.gguf");
+    std::string ids;
+    for (int i = 0; i < 37; ++i) ids += (i ? "," : "") + std::to_string((i * 7919 + 11) % 500);
+    const auto run_path = [&](const std::string & path) {
+        return run_command({skippy_binary_path(), "eval-logits", "-m", model, "--tokens", ids, "--top", "8", "--json",
+                            "--kernels", path});
+    };
+    const auto reference = run_path("scalar");
+    ASSERT_EQ(reference.exit_code, 0) << reference.err;
+    ASSERT_EQ(nlohmann::json::parse(reference.out)["positions"].size(), 37u);
+    int n_run = 0;
+    for (const std::string path : {"avx2", "avx512", "amx", "auto"}) {
+        const auto r = run_path(path);
+        if (r.exit_code == 2 && r.err.find("needs") != std::string::npos) {
+            EXPECT_NE(r.err.find("this CPU or system lacks"), std::string::npos) << r.err;
+            EXPECT_TRUE(r.out.empty());
+            std::printf("--kernels %s refused here: %s", path.c_str(), r.err.c_str());
+            continue;
+        }
+        ASSERT_EQ(r.exit_code, 0) << path << ": " << r.err;
+        EXPECT_EQ(r.out, reference.out) << "--kernels " << path;
+        ++n_run;
+    }
+    EXPECT_GE(n_run, 1) << "auto always runs";
+    const auto bogus = run_path("avx9000");
+    EXPECT_EQ(bogus.exit_code, 2);
+    EXPECT_TRUE(bogus.out.empty());
+    const auto bench = run_command({skippy_binary_path(), "bench", "-m", model, "--prompt-tokens", "16", "--gen-tokens", "2",
+                                    "--repeat", "1", "-t", "1", "--kernels", "scalar", "--json"});
+    ASSERT_EQ(bench.exit_code, 0) << bench.err;
+    EXPECT_EQ(nlohmann::json::parse(bench.out)["kernels"], "scalar");
 }
 
 TEST(cli_shared, EvalLogitsMatchesTheReferenceTopTokens) {

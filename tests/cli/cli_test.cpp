@@ -301,7 +301,7 @@ std::set<std::string> keys_of(const nlohmann::json & j) {
 }
 
 TEST_F(cli, BenchJsonHasExactlyTheDocumentedKeys) {
-    const std::set<std::string> want = {"model", "weight_type", "threads", "stages", "prompt_tokens", "gen_tokens",
+    const std::set<std::string> want = {"model", "weight_type", "threads", "kernels", "stages", "prompt_tokens", "gen_tokens",
                                         "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_ms", "peak_rss_bytes",
                                         "read_bandwidth_bytes_per_s", "decode_bandwidth_ratio"};
     for (int stages : {1, 2}) {
@@ -317,6 +317,8 @@ TEST_F(cli, BenchJsonHasExactlyTheDocumentedKeys) {
         EXPECT_EQ(j["gen_tokens"], 3);
         EXPECT_EQ(j["model"], model_);
         EXPECT_EQ(j["weight_type"], "Q8_0");
+        const std::set<std::string> paths = {"scalar", "avx2", "avx512", "amx"};
+        EXPECT_TRUE(paths.count(j["kernels"].get<std::string>())) << j["kernels"];
         EXPECT_TRUE(j["peak_rss_bytes"].is_number_integer());
         for (const char * k : {"prefill_tokens_per_s", "decode_tokens_per_s", "ttft_ms", "read_bandwidth_bytes_per_s",
                                "decode_bandwidth_ratio"}) {

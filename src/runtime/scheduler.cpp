@@ -9,7 +9,8 @@ namespace skippy {
 using sched_clock = std::chrono::steady_clock;
 
 lane_scheduler::lane_scheduler(int32_t n_lanes, scheduler_options options, step_fn run, observe_fn observe)
-    : options_(options), run_(std::move(run)), observe_(std::move(observe)), lanes_(static_cast<size_t>(n_lanes)) {
+    : options_(options), run_(std::move(run)), observe_(std::move(observe)), lanes_(static_cast<size_t>(n_lanes)),
+      prompt_budget_tokens_(static_cast<double>((options.step_tokens + 3) / 4)) {
     assert(n_lanes >= 1 && options.step_tokens >= 1 && options.micro_batches >= 1);
     thread_ = std::thread([this] { loop(); });
 }
@@ -83,6 +84,24 @@ void lane_scheduler::end(int32_t lane) {
     work_cv_.notify_one();  // a step gathering for this lane need not wait for it
 }
 
+void lane_scheduler::learn_step_cost(size_t n_decodes, int64_t n_prompt_tokens, double seconds) {
+    if (options_.decode_step_time_factor <= 0 || n_decodes == 0) return;
+    if (n_prompt_tokens == 0) {
+        decode_only_step_s_ = decode_only_step_s_ > 0 ? 0.8 * decode_only_step_s_ + 0.2 * seconds : seconds;
+        return;
+    }
+    if (decode_only_step_s_ <= 0) return;
+    // The prompt's share of this step, per token, predicts the next chunk's (it sits
+    // a chunk further on, so a little dearer); aim the next step at the budget. The
+    // change per step is bounded so one noisy step cannot swing it far.
+    const double budget_s = options_.decode_step_time_factor * decode_only_step_s_;
+    const double per_token_s = std::max(seconds - decode_only_step_s_, 1e-9) / static_cast<double>(n_prompt_tokens);
+    const double wanted = (budget_s - decode_only_step_s_) / per_token_s;
+    const double lo = std::max(1.0, 0.5 * prompt_budget_tokens_);
+    const double hi = std::min(static_cast<double>(options_.step_tokens), 2.0 * std::max(1.0, prompt_budget_tokens_));
+    prompt_budget_tokens_ = std::clamp(wanted, lo, std::max(lo, hi));
+}
+
 std::vector<step_item> lane_scheduler::form_step(sched_clock::time_point & wait_until) {
     wait_until = sched_clock::time_point::max();
     std::vector<size_t> decodes, prefills;
@@ -112,6 +131,21 @@ std::vector<step_item> lane_scheduler::form_step(sched_clock::time_point & wait_
                 return {};
             }
         }
+    } else if (options_.micro_batches == 1 && next_step_ > 1) {
+        // Only prompts are ready, but lanes that decoded in the step that just ended
+        // are about to hand in their next token: a prompt chunk run now would make
+        // them wait a whole step (their inter-token latency would double).
+        const uint64_t last = next_step_ - 1;
+        const auto deadline = last_step_end_ + options_.gather;
+        if (sched_clock::now() < deadline) {
+            const bool coming = std::any_of(lanes_.begin(), lanes_.end(), [&](const lane_work & w) {
+                return w.decoding && w.last_step == last && (w.kind == work_kind::none || w.done);
+            });
+            if (coming) {
+                wait_until = deadline;
+                return {};
+            }
+        }
     }
 
     std::vector<step_item> items;
@@ -134,6 +168,9 @@ std::vector<step_item> lane_scheduler::form_step(sched_clock::time_point & wait_
     int64_t left = std::numeric_limits<int64_t>::max();
     if (n_decoding > 0) {
         left = std::max<int64_t>(options_.step_tokens - static_cast<int64_t>(n_take), (options_.step_tokens + 3) / 4);
+        if (options_.decode_step_time_factor > 0 && decode_only_step_s_ > 0) {
+            left = std::min<int64_t>(left, std::max<int64_t>(1, static_cast<int64_t>(prompt_budget_tokens_)));
+        }
     }
     for (size_t i : prefills) {
         if (left <= 0) break;
@@ -178,6 +215,19 @@ void lane_scheduler::loop() {
         if (observe_) observe_(seen);
         lock.lock();
         const auto now = sched_clock::now();
+        last_step_end_ = now;
+        {
+            size_t n_decodes = 0;
+            int64_t n_prompt = 0;
+            for (const step_item & it : items) {
+                if (it.kind == step_kind::decode) {
+                    ++n_decodes;
+                } else {
+                    n_prompt += static_cast<int64_t>(it.tokens.size());
+                }
+            }
+            learn_step_cost(n_decodes, n_prompt, std::chrono::duration<double>(now - started).count());
+        }
         for (const step_item & it : items) {
             lane_work & w = lanes_[static_cast<size_t>(it.lane)];
             if (it.kind == step_kind::decode) {

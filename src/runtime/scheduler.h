@@ -7,9 +7,13 @@
 //     order the lanes asked, within a token budget while any lane decodes, so that a
 //     long prompt is prefilled in chunks beside the running streams instead of
 //     stalling them for its whole length; a lone prompt takes its full chunk size;
+//   - the prompt tokens of a step with decodes are also held to a time budget (a
+//     multiple of a decode-only step, learnt from the steps that ran), since a chunk's
+//     cost grows with its position;
 //   - no lane waits for a full batch: a step runs with what is ready, except that it
-//     waits a moment (`gather`) for the other lanes of the ready lane's previous step,
-//     whose tokens arrive together, so steps keep their size instead of splitting;
+//     waits a moment (`gather`) for the lanes of the previous step, whose tokens arrive
+//     together, so steps keep their size instead of splitting (and a prompt chunk does
+//     not slip in ahead of them);
 //   - with micro_batches > 1 (stages in separate processes) the decoding lanes are
 //     spread over that many steps, so that each stage works on one step while the
 //     next stage runs another.
@@ -38,6 +42,11 @@ struct scheduler_options {
     int32_t micro_batches = 1;
     // How long a step may wait for the lanes of the previous step to be ready again.
     std::chrono::microseconds gather{2000};
+    // While lanes decode, a step's prompt tokens are also held to a time budget: about
+    // this many times a decode-only step (as measured), so that running streams'
+    // inter-token latency stays near that factor while a long prompt is prefilled
+    // (a prompt chunk's cost grows with its position, through attention). 0: tokens only.
+    double decode_step_time_factor = 2.0;
 };
 
 // What the scheduler saw of one step, for metrics.
@@ -98,6 +107,9 @@ private:
     std::vector<step_item> form_step(std::chrono::steady_clock::time_point & wait_until);
     status wait_done(std::unique_lock<std::mutex> & lock, int32_t lane);
 
+    // After a step: updates the decode-only step time and the prompt budget.
+    void learn_step_cost(size_t n_decodes, int64_t n_prompt_tokens, double seconds);
+
     const scheduler_options  options_;
     step_fn                  run_;
     observe_fn               observe_;
@@ -106,6 +118,11 @@ private:
     std::vector<lane_work>   lanes_;
     uint64_t                 next_order_ = 1;
     uint64_t                 next_step_ = 1;
+    // Time budget (decode_step_time_factor): a moving average of decode-only steps (0:
+    // none seen yet) and the prompt tokens a step with decodes may take.
+    double                   decode_only_step_s_ = 0.0;
+    double                   prompt_budget_tokens_ = 0.0;
+    std::chrono::steady_clock::time_point last_step_end_{};
     bool                     stopping_ = false;
     std::thread              thread_;
 };

@@ -1,0 +1,116 @@
+// The lane scheduler's step forming, against a fake step whose cost is a sleep: a
+// decode-only step takes about 4 ms and each prompt token 1 ms more. The assertions
+// are about which items the steps held, with wide margins, not about time.
+#include "runtime/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace skippy {
+namespace {
+
+struct step_record {
+    int     n_decodes = 0;
+    int64_t n_prompt = 0;
+};
+
+class recording_step {
+public:
+    void operator()(std::span<step_item> items) {
+        step_record r;
+        for (step_item & it : items) {
+            if (it.kind == step_kind::decode) {
+                ++r.n_decodes;
+                it.sampled = 1;
+            } else {
+                r.n_prompt += static_cast<int64_t>(it.tokens.size());
+            }
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(4000 + 1000 * r.n_prompt));
+        std::lock_guard<std::mutex> lock(mutex_);
+        steps_.push_back(r);
+    }
+    std::vector<step_record> steps() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return steps_;
+    }
+
+private:
+    std::mutex               mutex_;
+    std::vector<step_record> steps_;
+};
+
+// Two lanes decode without pause while a third prefills 300 tokens: the prompt is cut
+// into chunks far below the 60-token budget, sized so that a step stays near twice a
+// decode-only step, and (gathering for the decoding lanes) almost no step runs a prompt
+// chunk without them.
+TEST(lane_scheduler, LongPromptBesideDecodingLanesIsChunkedToTheTimeBudget) {
+    recording_step rec;
+    scheduler_options o;
+    o.step_tokens = 64;
+    o.gather = std::chrono::milliseconds(50);  // generous: the test machine may be loaded
+    o.decode_step_time_factor = 2.0;
+    lane_scheduler sched(3, o, [&](std::span<step_item> items) { rec(items); });
+    std::atomic<bool> prompt_done{false};
+    std::vector<std::thread> decoders;
+    for (int32_t lane = 0; lane < 2; ++lane) {
+        decoders.emplace_back([&, lane] {
+            int64_t pos = 0;
+            // Decode alone for a while (the scheduler learns a decode-only step), then
+            // beside the prompt until it is done.
+            while (!prompt_done.load() || pos < 40) {
+                ASSERT_TRUE(sched.decode(lane, pos, 1).is_ok());
+                ++pos;
+            }
+            sched.end(lane);
+        });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    std::vector<token_id> prompt(300, 7);
+    ASSERT_TRUE(sched.prefill(2, 0, prompt, 512).is_ok());
+    prompt_done.store(true);
+    for (auto & t : decoders) t.join();
+    sched.stop();
+
+    std::vector<int64_t> mixed_chunks;
+    int64_t prompt_total = 0;
+    int prompt_only = 0;
+    for (const step_record & r : rec.steps()) {
+        prompt_total += r.n_prompt;
+        if (r.n_prompt > 0 && r.n_decodes > 0) mixed_chunks.push_back(r.n_prompt);
+        if (r.n_prompt > 0 && r.n_decodes == 0) ++prompt_only;
+    }
+    EXPECT_EQ(prompt_total, 300) << "every prompt token ran once";
+    ASSERT_GE(mixed_chunks.size(), 10u);
+    std::sort(mixed_chunks.begin(), mixed_chunks.end());
+    const int64_t median_chunk = mixed_chunks[mixed_chunks.size() / 2];
+    // Budget: 2 x 4 ms per step, so about 4 prompt tokens; without the time budget the
+    // chunks would be 62 tokens.
+    EXPECT_LE(median_chunk, 16) << "the chunk follows the time budget";
+    EXPECT_GE(median_chunk, 1);
+    EXPECT_LE(prompt_only, 3) << "prompt chunks wait for the lanes that just decoded";
+}
+
+// With nobody decoding, a prompt takes its own chunk size, whatever the budget.
+TEST(lane_scheduler, LonePromptTakesItsFullChunks) {
+    recording_step rec;
+    scheduler_options o;
+    o.step_tokens = 64;
+    lane_scheduler sched(2, o, [&](std::span<step_item> items) { rec(items); });
+    std::vector<token_id> prompt(100, 3);
+    ASSERT_TRUE(sched.prefill(1, 0, prompt, 40).is_ok());
+    sched.stop();
+    const auto steps = rec.steps();
+    ASSERT_EQ(steps.size(), 3u);
+    EXPECT_EQ(steps[0].n_prompt, 40);
+    EXPECT_EQ(steps[1].n_prompt, 40);
+    EXPECT_EQ(steps[2].n_prompt, 20);
+}
+
+}  // namespace
+}  // namespace skippy

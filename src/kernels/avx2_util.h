@@ -189,6 +189,13 @@ inline __m256 gather_lanes(const float * y, int64_t stride) {
                           y[6 * stride], y[7 * stride]);
 }
 
+// The first n lanes from y[i * stride], the others zero (nothing read past lane n).
+inline __m256 gather_lanes(const float * y, int64_t stride, int64_t n) {
+    alignas(32) float lanes[8] = {};
+    for (int64_t i = 0; i < n; ++i) lanes[i] = y[i * stride];
+    return _mm256_load_ps(lanes);
+}
+
 // Prefetches n_bytes from p into L1, a cache line at a time (prefetches never fault, so
 // p may run past the end of a buffer).
 inline void prefetch_span(const uint8_t * p, size_t n_bytes) {
@@ -210,28 +217,36 @@ inline void prefetch_span(const uint8_t * p, size_t n_bytes) {
 //     hardware prefetcher follows well, and decode is bound by this memory traffic
 //
 // Full groups of 8 tokens use tokens8, so each weight block is unpacked once for eight
-// tokens; remaining tokens use rows8 (decode is one token). Blocks are taken in chunks
+// tokens; so do the last 3 to 7 tokens, as one group whose missing tokens repeat the
+// last one (their lanes are dropped): a batched decode step of a few lanes then reads
+// each weight row once instead of once per token. One or two remaining tokens use
+// rows8 (decode is one token), which is cheaper for them. Which lane a token takes
+// cannot change its bits (one output per lane). Blocks are taken in chunks
 // so that per-token-group data stays small; the partial sums between chunks are kept
 // in y itself (a float stored and reloaded is unchanged).
 template <typename K>
 void mul_tile_driver(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
                      int64_t n_tokens, int64_t n, float * y, int64_t y_stride) {
     const int64_t nb = n / K::block_elems;
+    constexpr int64_t k_min_padded_group = 3;
     int64_t t = 0;
-    for (; t + 8 <= n_tokens; t += 8) {
+    while (n_tokens - t >= k_min_padded_group) {
+        const int64_t m = n_tokens - t < 8 ? n_tokens - t : 8;  // tokens of this group
         const uint8_t * x[8];
-        for (int i = 0; i < 8; ++i) x[i] = xq + static_cast<size_t>(t + i) * xq_row_bytes;
+        for (int i = 0; i < 8; ++i) x[i] = xq + static_cast<size_t>(t + (i < m ? i : m - 1)) * xq_row_bytes;
         float * yt = y + t * y_stride;
         for (int64_t b0 = 0; b0 < nb; b0 += K::chunk_blocks) {
             const int64_t b1 = b0 + K::chunk_blocks < nb ? b0 + K::chunk_blocks : nb;
             typename K::token_group group;
             K::prepare(group, x, b0, b1);
             for (int64_t r = 0; r < n_rows; ++r) {
-                const __m256 acc = b0 == 0 ? _mm256_setzero_ps() : gather_lanes(yt + r, y_stride);
+                __m256 acc = _mm256_setzero_ps();
+                if (b0 != 0) acc = m == 8 ? gather_lanes(yt + r, y_stride) : gather_lanes(yt + r, y_stride, m);
                 scatter_lanes(K::tokens8(w + static_cast<size_t>(r) * w_row_bytes, x, group, b0, b1, acc), yt + r,
-                              y_stride, 8);
+                              y_stride, m);
             }
         }
+        t += m;
     }
     for (; t < n_tokens; ++t) {
         const uint8_t * x = xq + static_cast<size_t>(t) * xq_row_bytes;

@@ -62,18 +62,23 @@ struct block32_kernel {
         }
     }
 
+    // NT (4 or 8) tokens carry the integer work; with 4, lanes 4-7 repeat lanes 0-3.
+    template <int NT = 8>
     static __m256 tokens8(const uint8_t * w, const uint8_t * const x[8], const token_group & g, int64_t b0, int64_t b1,
                           __m256 acc) {
+        static_assert(NT == 4 || NT == 8);
         for (int64_t b = b0; b < b1; ++b) {
             const uint8_t * wb = w + b * wbb;
             const __m256i wv = W::values(wb);
             const __m256i aw = _mm256_sign_epi8(wv, wv);
             __m256i v[8];
             #pragma GCC unroll 8
-            for (int i = 0; i < 8; ++i) {
+            for (int i = 0; i < NT; ++i) {
                 const __m256i xq = loadu_256(x[i] + b * xbb + 2);
                 v[i] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq, wv)), _mm256_set1_epi16(1));
             }
+            #pragma GCC unroll 4
+            for (int i = NT; i < 8; ++i) v[i] = v[i - NT];
             // Reference: d = d_w * d_x; sum += (float)sumi * d.
             const __m256 d = _mm256_mul_ps(_mm256_set1_ps(W::scale(wb)), g.dx[b - b0]);
             acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(reduce8(v)), d));
@@ -167,14 +172,19 @@ struct offset_block32_kernel {
         }
     }
 
+    // NT (4 or 8) tokens carry the integer work; with 4, lanes 4-7 repeat lanes 0-3.
+    template <int NT = 8>
     static __m256 tokens8(const uint8_t * w, const uint8_t * const x[8], const token_group & g, int64_t b0, int64_t b1,
                           __m256 acc) {
+        static_assert(NT == 4 || NT == 8);
         for (int64_t b = b0; b < b1; ++b) {
             const uint8_t * wb = w + b * wbb;
             const __m256i wq = W::codes(wb);
             __m256i p[8];
             #pragma GCC unroll 8
-            for (int i = 0; i < 8; ++i) p[i] = _mm256_maddubs_epi16(wq, loadu_256(x[i] + b * xbb + 2));
+            for (int i = 0; i < NT; ++i) p[i] = _mm256_maddubs_epi16(wq, loadu_256(x[i] + b * xbb + 2));
+            #pragma GCC unroll 4
+            for (int i = NT; i < 8; ++i) p[i] = p[i - NT];
             const __m256i sumi = _mm256_sub_epi32(reduce8_pair_sums(p), g.offset[b - b0]);
             // Reference: d = d_w * d_x; sum += (float)sumi * d.
             const __m256 d = _mm256_mul_ps(_mm256_set1_ps(W::scale(wb)), g.dx[b - b0]);

@@ -216,15 +216,19 @@ struct superblock_kernel {
         }
     }
 
+    // NT (4 or 8) tokens carry the integer work; with 4, lanes 4-7 repeat lanes 0-3
+    // (mul_tile_driver drops them), so a group of a few tokens costs about half.
+    template <int NT = 8>
     static __m256 tokens8(const uint8_t * w, const uint8_t * const x[8], const token_group & g, int64_t b0, int64_t b1,
                           __m256 acc) {
+        static_assert(NT == 4 || NT == 8);
         for (int64_t b = b0; b < b1; ++b) {
             const uint8_t * wb = w + b * wbb;
             const size_t xo = static_cast<size_t>(b) * xbb;
             const scales s = W::load_scales(wb);
             __m256i is[8], im[8];
             #pragma GCC unroll 8
-            for (int i = 0; i < 8; ++i) {
+            for (int i = 0; i < NT; ++i) {
                 is[i] = W::has_bias ? _mm256_madd_epi16(loadu_256(x[i] + xo + q8_k_off_bsums), W::bias(s))
                                     : _mm256_setzero_si256();
             }
@@ -237,14 +241,19 @@ struct superblock_kernel {
                     const int v = gr * W::per_group + k;
                     const __m256i sv = W::scale_vec(s, v);
                     #pragma GCC unroll 8
-                    for (int i = 0; i < 8; ++i) {
+                    for (int i = 0; i < NT; ++i) {
                         const __m256i p = pair_sums<W>(q[k], loadu_256(x[i] + xo + q8_k_off_qs + 32 * v));
                         is[i] = _mm256_add_epi32(is[i], _mm256_madd_epi16(p, sv));
                     }
                 }
             }
             #pragma GCC unroll 8
-            for (int i = 0; i < 8; ++i) im[i] = imin(x[i] + xo, s);
+            for (int i = 0; i < NT; ++i) im[i] = imin(x[i] + xo, s);
+            #pragma GCC unroll 4
+            for (int i = NT; i < 8; ++i) {
+                is[i] = is[i - NT];
+                im[i] = im[i - NT];
+            }
             acc = accumulate(acc, _mm256_set1_ps(f16_at(wb + W::off_d)), _mm256_set1_ps(dmin_of(wb)), g.dx[b - b0],
                              reduce8(is), W::has_min ? reduce8(im) : _mm256_setzero_si256());
         }

@@ -219,11 +219,17 @@ inline void prefetch_span(const uint8_t * p, size_t n_bytes) {
 // Full groups of 8 tokens use tokens8, so each weight block is unpacked once for eight
 // tokens; so do the last 3 to 7 tokens, as one group whose missing tokens repeat the
 // last one (their lanes are dropped): a batched decode step of a few lanes then reads
-// each weight row once instead of once per token. One or two remaining tokens use
+// each weight row once instead of once per token. A group of 3 or 4 runs the kernel's
+// 4-token variant where it has one (its lanes 4-7 repeat 0-3), at about half the cost. One or two remaining tokens use
 // rows8 (decode is one token), which is cheaper for them. Which lane a token takes
 // cannot change its bits (one output per lane). Blocks are taken in chunks
 // so that per-token-group data stays small; the partial sums between chunks are kept
 // in y itself (a float stored and reloaded is unchanged).
+// Kernels whose tokens8 takes the number of working tokens (4 or 8) as a template
+// argument.
+template <typename K>
+constexpr bool k_has_tokens4 = requires { &K::template tokens8<4>; };
+
 template <typename K>
 void mul_tile_driver(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
                      int64_t n_tokens, int64_t n, float * y, int64_t y_stride) {
@@ -242,8 +248,13 @@ void mul_tile_driver(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, cons
             for (int64_t r = 0; r < n_rows; ++r) {
                 __m256 acc = _mm256_setzero_ps();
                 if (b0 != 0) acc = m == 8 ? gather_lanes(yt + r, y_stride) : gather_lanes(yt + r, y_stride, m);
-                scatter_lanes(K::tokens8(w + static_cast<size_t>(r) * w_row_bytes, x, group, b0, b1, acc), yt + r,
-                              y_stride, m);
+                const uint8_t * w_row = w + static_cast<size_t>(r) * w_row_bytes;
+                if constexpr (k_has_tokens4<K>) {
+                    acc = m <= 4 ? K::template tokens8<4>(w_row, x, group, b0, b1, acc) : K::tokens8(w_row, x, group, b0, b1, acc);
+                } else {
+                    acc = K::tokens8(w_row, x, group, b0, b1, acc);
+                }
+                scatter_lanes(acc, yt + r, y_stride, m);
             }
         }
         t += m;

@@ -159,7 +159,6 @@ result<gguf::writer> build_synthetic_model(const synthetic_model_options & o) {
     const bool fused = a == "phi3";           // attn_qkv and a gate/up ffn_up
     const bool tied = a == "qwen3" || a == "gemma3" || hybrid;
     const bool own_head_dim = a == "qwen3" || a == "gemma3" || moe || hybrid;
-    const bool qk_norm_moe = a == "qwen3moe";  // writes attention.key_length
 
     SKIPPY_ASSIGN_OR_RETURN(quant_mix mix, parse_quant_mix(o.type));
     const int32_t q_dim = o.n_head * head_dim, kv_dim = o.n_head_kv * head_dim;

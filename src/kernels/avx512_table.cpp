@@ -1,12 +1,51 @@
 // The AVX-512 entries of the kernel table (see quants_avx512.h).
+#include "kernels/avx512_kernels.h"
 #include "kernels/quants_avx512.h"
 
 namespace skippy::kernels::avx512 {
+namespace {
 
-// No entry is replaced yet: the AVX-512 table runs the AVX2 kernels.
+type_kernels * find(type_kernels * entries, size_t n, tensor_type t) {
+    for (size_t i = 0; i < n; ++i) {
+        if (entries[i].type == t) return &entries[i];
+    }
+    return nullptr;
+}
+
+}  // namespace
+
+// Weight products (vec_dot and mul_tile) and activation encoders; F32, F16 and BF16
+// stay on the AVX2 kernels (their reference's eight partial sums are one __m256 per
+// output already), as do the conversions off the hot paths.
 void install_kernels(type_kernels * entries, size_t n) {
-    (void)entries;
-    (void)n;
+    struct product {
+        tensor_type type;
+        vec_dot_fn  vec_dot;
+        mul_tile_fn mul_tile;
+    };
+    const product products[] = {
+        {tensor_type::q8_0, vec_dot_q8_0_q8_0, mul_tile_q8_0_q8_0},
+        {tensor_type::q4_0, vec_dot_q4_0_q8_0, mul_tile_q4_0_q8_0},
+        {tensor_type::q4_k, vec_dot_q4_k_q8_k, mul_tile_q4_k_q8_k},
+        {tensor_type::q6_k, vec_dot_q6_k_q8_k, mul_tile_q6_k_q8_k},
+    };
+    for (const product & p : products) {
+        if (type_kernels * k = find(entries, n, p.type)) {
+            k->vec_dot = p.vec_dot;
+            k->mul_tile = p.mul_tile;
+        }
+    }
+    struct encoder {
+        tensor_type   type;
+        from_float_fn from_float_activation;
+    };
+    const encoder encoders[] = {
+        {tensor_type::q8_0, from_float_q8_0_activation},
+        {tensor_type::q8_k, from_float_q8_k},
+    };
+    for (const encoder & e : encoders) {
+        if (type_kernels * k = find(entries, n, e.type)) k->from_float_activation = e.from_float_activation;
+    }
 }
 
 }  // namespace skippy::kernels::avx512

@@ -1,0 +1,100 @@
+// AVX-512 products of 32-value weight blocks with Q8_0 activations, for the formats
+// whose reference is "per block, sumi = exact sum of value_w * q_x; sum += sumi * (d_w *
+// d_x)" (Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4; internal to kernels, AVX-512 files only, see
+// avx512_util.h).
+//
+// A format W provides:
+//   block_bytes
+//   offset_shift   values are codes - (1 << offset_shift), codes unsigned bytes
+//   __m256i codes(const uint8_t * wb)   the 32 codes of a block in value order
+//   float scale(const uint8_t * wb)     d_w, exactly as the scalar reference reads it
+//   rest           the AVX2 tile of the format, for the tokens left after the groups
+// Integer sums: vpdpbusd of the codes (u8) with the activation codes (s8), exact
+// (|sum| <= 32 * 255 * 128), minus (1 << offset_shift) * sum(q_x); the float step runs
+// one output per lane, so results equal the reference's bit for bit.
+#pragma once
+
+#include "kernels/avx512_util.h"
+#include "kernels/blocks.h"
+
+namespace skippy::kernels::avx512 {
+namespace {
+
+template <typename W>
+struct block32_kernel {
+    static constexpr int64_t block_elems = qk_0;
+    static constexpr int64_t chunk_blocks = 32;  // 20 KiB of rearranged activations
+    static constexpr size_t wbb = W::block_bytes;
+    static constexpr size_t xbb = q8_0_block_bytes;
+
+    struct token_group {
+        __m512i x[chunk_blocks][8];        // dword k of each token's 32 codes
+        __m512i neg_offset[chunk_blocks];  // -(1 << offset_shift) * sum(q_x) per token
+        __m512  dx[chunk_blocks];
+    };
+
+    static void prepare(token_group & g, const uint8_t * x0, __m512i offsets, int64_t b0, int64_t b1) {
+        const __m512i ones = _mm512_set1_epi8(1);
+        for (int64_t b = b0; b < b1; ++b) {
+            const uint8_t * base = x0 + b * xbb;
+            __m512i s = _mm512_setzero_si512();
+            #pragma GCC unroll 8
+            for (int k = 0; k < 8; ++k) {
+                const __m512i v = gather_dwords(offsets, base + 2 + 4 * k);
+                g.x[b - b0][k] = v;
+                s = _mm512_dpbusd_epi32(s, ones, v);
+            }
+            g.neg_offset[b - b0] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s, W::offset_shift));
+            g.dx[b - b0] = gather_f16(offsets, base);
+        }
+    }
+
+    static __m512 tokens16(const uint8_t * w, const token_group & g, int64_t b0, int64_t b1, __m512 acc) {
+        for (int64_t b = b0; b < b1; ++b) {
+            const uint8_t * wb = w + b * wbb;
+            const __m512i c = _mm512_castsi256_si512(W::codes(wb));
+            const __m512i * xv = g.x[b - b0];
+            __m512i a0 = g.neg_offset[b - b0], a1 = _mm512_setzero_si512();
+            #pragma GCC unroll 4
+            for (int k = 0; k < 8; k += 2) {
+                a0 = _mm512_dpbusd_epi32(a0, _mm512_permutexvar_epi32(_mm512_set1_epi32(k), c), xv[k]);
+                a1 = _mm512_dpbusd_epi32(a1, _mm512_permutexvar_epi32(_mm512_set1_epi32(k + 1), c), xv[k + 1]);
+            }
+            // Reference: d = d_w * d_x; sum += (float)sumi * d.
+            const __m512 d = _mm512_mul_ps(_mm512_set1_ps(W::scale(wb)), g.dx[b - b0]);
+            acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0, a1)), d));
+        }
+        return acc;
+    }
+
+    static void rest(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
+                     int64_t n_tokens, int64_t n, float * y, int64_t y_stride) {
+        W::rest(w, w_row_bytes, n_rows, xq, xq_row_bytes, n_tokens, n, y, y_stride);
+    }
+
+    static float vec_dot(const uint8_t * w_row, const uint8_t * x_row, int64_t n) {
+        const __m256i ones = _mm256_set1_epi8(1);
+        float sum = 0.0f;
+        for (int64_t ib = 0; ib < n / qk_0; ++ib) {
+            const uint8_t * wb = w_row + ib * wbb;
+            const uint8_t * xb = x_row + ib * xbb;
+            const __m256i xq = loadu_256(xb + 2);
+            const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), W::codes(wb), xq);
+            const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, xq);
+            const int32_t sumi = hsum_i32(_mm256_sub_epi32(p, _mm256_slli_epi32(s, W::offset_shift)));
+            const float d = W::scale(wb) * f16_at(xb);
+            sum += static_cast<float>(sumi) * d;
+        }
+        return sum;
+    }
+};
+
+// The 32 nibbles of 16 bytes in value order: low nibbles (values 0-15), then high.
+inline __m256i unpack_nibbles_32(const uint8_t * qs) {
+    const __m128i q = loadu_128(qs);
+    const __m128i low4 = _mm_set1_epi8(0x0f);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low4), _mm_and_si128(q, low4));
+}
+
+}  // namespace
+}  // namespace skippy::kernels::avx512

@@ -1,0 +1,152 @@
+// AVX-512 products of 256-value super-blocks with Q8_K activations, for the formats
+// whose reference (quants_common.h) is
+//   isum = sum_j sc_j * sum(v * q_x over sub-block j)          exactly in int32
+//   imin = sum_j m_j * (sum of q_x over sub-block j, bsums)    (formats with mins)
+//   sum += (d_w * d_x) * isum [- (dmin_w * d_x) * imin]        in super-block order
+// (internal to kernels, AVX-512 files only, see avx512_util.h).
+//
+// A format W provides:
+//   block_bytes, off_d, off_dmin (formats with mins), n_sub (8 or 16 sub-blocks)
+//   has_min       the float step subtracts (dmin_w * d_x) * imin
+//   bias_shift    values are codes - (1 << bias_shift) (codes unsigned; -1: no bias)
+//   void codes(wb, uint8_t out[256])   the unsigned codes in value order
+//   void scales(wb, int32_t sc[n_sub], uint32_t pair[8])
+//       the sub-block scales, and per bsums pair k (bsums 2k, 2k + 1) the two int16
+//       multipliers of those bsums in one dword: the mins m_k, m_k (formats with mins,
+//       sub-blocks of 32) or the scales sc_2k, sc_2k+1 (formats with a bias, sub-blocks
+//       of 16)
+//   rest          the AVX2 tile of the format, for the tokens left after the groups
+// and for vec_dot (one token, 256-bit vectors):
+//   __m256i sc16(sc, v)   the 16 int16 multipliers of maddubs' pair sums of value
+//                         vector v (32 values)
+//
+// tokens16: per sub-block, vpdpbusd of the broadcast codes (u8) with the rearranged
+// activations (s8) gives the exact sub-block sum of every token; it is multiplied by
+// sc_j (vpmulld, exact: |sc_j * sum| < 2^31) and added. The bsums terms go through
+// vpdpwssd (int16 pairs). The float step runs one output per lane.
+#pragma once
+
+#include "kernels/avx512_util.h"
+#include "kernels/blocks.h"
+
+namespace skippy::kernels::avx512 {
+namespace {
+
+template <typename W>
+struct superblock_kernel {
+    static constexpr int64_t block_elems = qk_k;
+    static constexpr int64_t chunk_blocks = 4;  // 18.5 KiB of rearranged activations
+    static constexpr size_t wbb = W::block_bytes;
+    static constexpr size_t xbb = q8_k_block_bytes;
+    static constexpr int n_sub = W::n_sub;
+    static constexpr int dwords_per_sub = 64 / n_sub;
+
+    struct token_group {
+        __m512i x[chunk_blocks][64];    // dword k of each token's 256 codes
+        __m512i bsums[chunk_blocks][8];  // bsums 2k, 2k + 1 of each token
+        __m512  dx[chunk_blocks];
+    };
+
+    static void prepare(token_group & g, const uint8_t * x0, __m512i offsets, int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b) {
+            const uint8_t * base = x0 + b * xbb;
+            #pragma GCC unroll 8
+            for (int k = 0; k < 64; ++k) g.x[b - b0][k] = gather_dwords(offsets, base + q8_k_off_qs + 4 * k);
+            #pragma GCC unroll 8
+            for (int k = 0; k < 8; ++k) g.bsums[b - b0][k] = gather_dwords(offsets, base + q8_k_off_bsums + 4 * k);
+            g.dx[b - b0] = gather_f32(offsets, base + q8_k_off_d);
+        }
+    }
+
+    static float dmin_of(const uint8_t * wb) {
+        if constexpr (W::has_min) {
+            return f16_at(wb + W::off_dmin);
+        } else {
+            return 0.0f;
+        }
+    }
+
+    static __m512 tokens16(const uint8_t * w, const token_group & g, int64_t b0, int64_t b1, __m512 acc) {
+        for (int64_t b = b0; b < b1; ++b) {
+            const uint8_t * wb = w + b * wbb;
+            const __m512i * xv = g.x[b - b0];
+            const __m512i * bs = g.bsums[b - b0];
+            alignas(64) uint8_t codes[qk_k];
+            W::codes(wb, codes);
+            int32_t sc[n_sub];
+            uint32_t pair[8];
+            W::scales(wb, sc, pair);
+            __m512i isum = _mm512_setzero_si512();
+            #pragma GCC unroll 16
+            for (int j = 0; j < n_sub; ++j) {
+                __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
+                #pragma GCC unroll 8
+                for (int k = j * dwords_per_sub; k < (j + 1) * dwords_per_sub; k += 2) {
+                    a0 = _mm512_dpbusd_epi32(a0, _mm512_set1_epi32(static_cast<int32_t>(load_u32(codes + 4 * k))), xv[k]);
+                    a1 = _mm512_dpbusd_epi32(a1, _mm512_set1_epi32(static_cast<int32_t>(load_u32(codes + 4 * k + 4))), xv[k + 1]);
+                }
+                isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_add_epi32(a0, a1), _mm512_set1_epi32(sc[j])));
+            }
+            __m512i bsum_term = _mm512_setzero_si512();
+            #pragma GCC unroll 8
+            for (int k = 0; k < 8; ++k) bsum_term = _mm512_dpwssd_epi32(bsum_term, bs[k], _mm512_set1_epi32(static_cast<int32_t>(pair[k])));
+            const __m512 dx = g.dx[b - b0];
+            const __m512 dw = _mm512_set1_ps(f16_at(wb + W::off_d));
+            if constexpr (W::has_min) {
+                // Reference: sum += (d_w * d_x) * isum - (dmin_w * d_x) * imin.
+                const __m512 t = _mm512_mul_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum));
+                const __m512 tm = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(dmin_of(wb)), dx), _mm512_cvtepi32_ps(bsum_term));
+                acc = _mm512_add_ps(acc, _mm512_sub_ps(t, tm));
+            } else {
+                // isum = sum_j sc_j * (sum(code * x) - (1 << bias_shift) * bsum_j).
+                if constexpr (W::bias_shift >= 0) isum = _mm512_sub_epi32(isum, _mm512_slli_epi32(bsum_term, W::bias_shift));
+                acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum)));
+            }
+        }
+        return acc;
+    }
+
+    static void rest(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
+                     int64_t n_tokens, int64_t n, float * y, int64_t y_stride) {
+        W::rest(w, w_row_bytes, n_rows, xq, xq_row_bytes, n_tokens, n, y, y_stride);
+    }
+
+    // One token: maddubs pair sums (|code * x| pairs within int16 for codes < 64) and
+    // vpdpwssd with the scales, 32 values at a time; the bsums term the same way.
+    static float vec_dot(const uint8_t * w_row, const uint8_t * x_row, int64_t n) {
+        float sum = 0.0f;
+        for (int64_t ib = 0; ib < n / qk_k; ++ib) {
+            const uint8_t * wb = w_row + ib * wbb;
+            const uint8_t * xb = x_row + ib * xbb;
+            alignas(64) uint8_t codes[qk_k];
+            W::codes(wb, codes);
+            int32_t sc[n_sub];
+            uint32_t pair[8];
+            W::scales(wb, sc, pair);
+            __m256i acc = _mm256_setzero_si256();
+            #pragma GCC unroll 8
+            for (int v = 0; v < 8; ++v) {
+                const __m256i p = _mm256_maddubs_epi16(loadu_256(codes + 32 * v), loadu_256(xb + q8_k_off_qs + 32 * v));
+                acc = _mm256_dpwssd_epi32(acc, p, W::sc16(sc, v));
+            }
+            const __m256i pairs = _mm256_setr_epi32(static_cast<int32_t>(pair[0]), static_cast<int32_t>(pair[1]),
+                                                    static_cast<int32_t>(pair[2]), static_cast<int32_t>(pair[3]),
+                                                    static_cast<int32_t>(pair[4]), static_cast<int32_t>(pair[5]),
+                                                    static_cast<int32_t>(pair[6]), static_cast<int32_t>(pair[7]));
+            const int32_t bsum_term = hsum_i32(_mm256_madd_epi16(loadu_256(xb + q8_k_off_bsums), pairs));
+            int32_t isum = hsum_i32(acc);
+            const float dx = load_f32(xb + q8_k_off_d);
+            const float t_dw = f16_at(wb + W::off_d) * dx;
+            if constexpr (W::has_min) {
+                sum += t_dw * static_cast<float>(isum) - (dmin_of(wb) * dx) * static_cast<float>(bsum_term);
+            } else {
+                if constexpr (W::bias_shift >= 0) isum -= bsum_term * (1 << W::bias_shift);
+                sum += t_dw * static_cast<float>(isum);
+            }
+        }
+        return sum;
+    }
+};
+
+}  // namespace
+}  // namespace skippy::kernels::avx512

@@ -49,22 +49,37 @@ struct block32_kernel {
         }
     }
 
-    static __m512 tokens16(const uint8_t * w, const token_group & g, int64_t b0, int64_t b1, __m512 acc) {
+    // R rows at once: each rearranged activation vector is loaded once for R rows.
+    template <int R>
+    static void tokens16(const uint8_t * const w[R], const token_group & g, int64_t b0, int64_t b1, __m512 acc[R]) {
         for (int64_t b = b0; b < b1; ++b) {
-            const uint8_t * wb = w + b * wbb;
-            const __m512i c = _mm512_castsi256_si512(W::codes(wb));
             const __m512i * xv = g.x[b - b0];
-            __m512i a0 = g.neg_offset[b - b0], a1 = _mm512_setzero_si512();
+            alignas(32) uint8_t codes[R][32];
             #pragma GCC unroll 4
-            for (int k = 0; k < 8; k += 2) {
-                a0 = _mm512_dpbusd_epi32(a0, _mm512_permutexvar_epi32(_mm512_set1_epi32(k), c), xv[k]);
-                a1 = _mm512_dpbusd_epi32(a1, _mm512_permutexvar_epi32(_mm512_set1_epi32(k + 1), c), xv[k + 1]);
+            for (int r = 0; r < R; ++r) _mm256_store_si256(reinterpret_cast<__m256i *>(codes[r]), W::codes(w[r] + b * wbb));
+            // Read back as broadcast loads (a load port each), not through shuffles.
+            __asm__("" : "+m"(codes));
+            __m512i a[R][2];
+            #pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                a[r][0] = g.neg_offset[b - b0];
+                a[r][1] = _mm512_setzero_si512();
             }
-            // Reference: d = d_w * d_x; sum += (float)sumi * d.
-            const __m512 d = _mm512_mul_ps(_mm512_set1_ps(W::scale(wb)), g.dx[b - b0]);
-            acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0, a1)), d));
+            #pragma GCC unroll 8
+            for (int k = 0; k < 8; ++k) {
+                const __m512i x = xv[k];
+                #pragma GCC unroll 4
+                for (int r = 0; r < R; ++r) {
+                    a[r][k & 1] = _mm512_dpbusd_epi32(a[r][k & 1], _mm512_set1_epi32(static_cast<int32_t>(load_u32(codes[r] + 4 * k))), x);
+                }
+            }
+            #pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                // Reference: d = d_w * d_x; sum += (float)sumi * d.
+                const __m512 d = _mm512_mul_ps(_mm512_set1_ps(W::scale(w[r] + b * wbb)), g.dx[b - b0]);
+                acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a[r][0], a[r][1])), d));
+            }
         }
-        return acc;
     }
 
     static void rest(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,

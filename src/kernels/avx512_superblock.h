@@ -66,44 +66,65 @@ struct superblock_kernel {
         }
     }
 
-    static __m512 tokens16(const uint8_t * w, const token_group & g, int64_t b0, int64_t b1, __m512 acc) {
+    // R rows at once: each rearranged activation vector is loaded once for R rows.
+    template <int R>
+    static void tokens16(const uint8_t * const w[R], const token_group & g, int64_t b0, int64_t b1, __m512 acc[R]) {
         for (int64_t b = b0; b < b1; ++b) {
-            const uint8_t * wb = w + b * wbb;
             const __m512i * xv = g.x[b - b0];
             const __m512i * bs = g.bsums[b - b0];
-            alignas(64) uint8_t codes[qk_k];
-            W::codes(wb, codes);
-            int32_t sc[n_sub];
-            uint32_t pair[8];
-            W::scales(wb, sc, pair);
-            __m512i isum = _mm512_setzero_si512();
+            alignas(64) uint8_t codes[R][qk_k];
+            int32_t sc[R][n_sub];
+            uint32_t pair[R][8];
+            #pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                W::codes(w[r] + b * wbb, codes[r]);
+                W::scales(w[r] + b * wbb, sc[r], pair[r]);
+            }
+            // The codes are read back as broadcast loads (a load port each), not moved
+            // through registers (two shuffles each, on the ports the products need).
+            __asm__("" : "+m"(codes));
+            __m512i isum[R];
+            #pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) isum[r] = _mm512_setzero_si512();
             #pragma GCC unroll 16
             for (int j = 0; j < n_sub; ++j) {
-                __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
+                __m512i a[R][2];
+                #pragma GCC unroll 4
+                for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm512_setzero_si512();
                 #pragma GCC unroll 8
-                for (int k = j * dwords_per_sub; k < (j + 1) * dwords_per_sub; k += 2) {
-                    a0 = _mm512_dpbusd_epi32(a0, _mm512_set1_epi32(static_cast<int32_t>(load_u32(codes + 4 * k))), xv[k]);
-                    a1 = _mm512_dpbusd_epi32(a1, _mm512_set1_epi32(static_cast<int32_t>(load_u32(codes + 4 * k + 4))), xv[k + 1]);
+                for (int k = j * dwords_per_sub; k < (j + 1) * dwords_per_sub; ++k) {
+                    const __m512i x = xv[k];
+                    #pragma GCC unroll 4
+                    for (int r = 0; r < R; ++r) {
+                        a[r][k & 1] = _mm512_dpbusd_epi32(a[r][k & 1], _mm512_set1_epi32(static_cast<int32_t>(load_u32(codes[r] + 4 * k))), x);
+                    }
                 }
-                isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_add_epi32(a0, a1), _mm512_set1_epi32(sc[j])));
+                #pragma GCC unroll 4
+                for (int r = 0; r < R; ++r) {
+                    isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(_mm512_add_epi32(a[r][0], a[r][1]), _mm512_set1_epi32(sc[r][j])));
+                }
             }
-            __m512i bsum_term = _mm512_setzero_si512();
-            #pragma GCC unroll 8
-            for (int k = 0; k < 8; ++k) bsum_term = _mm512_dpwssd_epi32(bsum_term, bs[k], _mm512_set1_epi32(static_cast<int32_t>(pair[k])));
             const __m512 dx = g.dx[b - b0];
-            const __m512 dw = _mm512_set1_ps(f16_at(wb + W::off_d));
-            if constexpr (W::has_min) {
-                // Reference: sum += (d_w * d_x) * isum - (dmin_w * d_x) * imin.
-                const __m512 t = _mm512_mul_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum));
-                const __m512 tm = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(dmin_of(wb)), dx), _mm512_cvtepi32_ps(bsum_term));
-                acc = _mm512_add_ps(acc, _mm512_sub_ps(t, tm));
-            } else {
-                // isum = sum_j sc_j * (sum(code * x) - (1 << bias_shift) * bsum_j).
-                if constexpr (W::bias_shift >= 0) isum = _mm512_sub_epi32(isum, _mm512_slli_epi32(bsum_term, W::bias_shift));
-                acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum)));
+            #pragma GCC unroll 4
+            for (int r = 0; r < R; ++r) {
+                const uint8_t * wb = w[r] + b * wbb;
+                __m512i bsum_term = _mm512_setzero_si512();
+                #pragma GCC unroll 8
+                for (int k = 0; k < 8; ++k) bsum_term = _mm512_dpwssd_epi32(bsum_term, bs[k], _mm512_set1_epi32(static_cast<int32_t>(pair[r][k])));
+                const __m512 dw = _mm512_set1_ps(f16_at(wb + W::off_d));
+                if constexpr (W::has_min) {
+                    // Reference: sum += (d_w * d_x) * isum - (dmin_w * d_x) * imin.
+                    const __m512 t = _mm512_mul_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum[r]));
+                    const __m512 tm = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(dmin_of(wb)), dx), _mm512_cvtepi32_ps(bsum_term));
+                    acc[r] = _mm512_add_ps(acc[r], _mm512_sub_ps(t, tm));
+                } else {
+                    // isum = sum_j sc_j * (sum(code * x) - (1 << bias_shift) * bsum_j).
+                    __m512i is = isum[r];
+                    if constexpr (W::bias_shift >= 0) is = _mm512_sub_epi32(is, _mm512_slli_epi32(bsum_term, W::bias_shift));
+                    acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(is)));
+                }
             }
         }
-        return acc;
     }
 
     static void rest(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,

@@ -159,8 +159,8 @@ inline __m512i token_offsets(size_t xq_row_bytes, int64_t m) {
 //   struct token_group: the activations of 16 tokens for blocks [b0, b1), rearranged
 //     by prepare(group, x0, offsets, b0, b1) (x0: the first token's row, offsets: each
 //     lane's token row from it, token_offsets)
-//   __m512 tokens16(w_row, group, b0, b1, acc): continues acc (lane i = token i) over
-//     blocks [b0, b1) of one weight row
+//   tokens16<R>(w_rows[R], group, b0, b1, acc[R]): continues acc[i] (lane = token)
+//     over blocks [b0, b1) of weight row i
 //   rest: the AVX2 tile, for the tokens left after the groups (decode is one token)
 //
 // Groups of 16 tokens, and a last group of at least k_min_tokens (padded), use
@@ -168,6 +168,24 @@ inline __m512i token_offsets(size_t xq_row_bytes, int64_t m) {
 // rearranged activations stay in L1; the partial sums between chunks are kept in y
 // itself (a float stored and reloaded is unchanged).
 constexpr int64_t k_min_tokens = 4;
+// Weight rows per tokens16 call.
+constexpr int k_tile_rows = 4;
+
+// Rows [r, r + R) of a group over blocks [b0, b1), continuing the partial sums in y.
+template <typename K, int R>
+void rows_of_group(const uint8_t * w, size_t w_row_bytes, int64_t r, const typename K::token_group & group, int64_t b0,
+                   int64_t b1, __mmask16 lanes, __m512i y_index, float * yt) {
+    const uint8_t * rows[R];
+    __m512 acc[R];
+    #pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+        rows[i] = w + static_cast<size_t>(r + i) * w_row_bytes;
+        acc[i] = b0 == 0 ? _mm512_setzero_ps() : _mm512_mask_i32gather_ps(_mm512_setzero_ps(), lanes, y_index, yt + r + i, 4);
+    }
+    K::template tokens16<R>(rows, group, b0, b1, acc);
+    #pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) _mm512_mask_i32scatter_ps(yt + r + i, lanes, y_index, acc[i], 4);
+}
 
 template <typename K>
 void mul_tile_driver(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
@@ -187,11 +205,9 @@ void mul_tile_driver(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, cons
                 const int64_t b1 = b0 + K::chunk_blocks < nb ? b0 + K::chunk_blocks : nb;
                 alignas(64) typename K::token_group group;
                 K::prepare(group, x0, offsets, b0, b1);
-                for (int64_t r = 0; r < n_rows; ++r) {
-                    const __m512 acc = b0 == 0 ? _mm512_setzero_ps() : _mm512_mask_i32gather_ps(_mm512_setzero_ps(), lanes, y_index, yt + r, 4);
-                    _mm512_mask_i32scatter_ps(yt + r, lanes, y_index,
-                                              K::tokens16(w + static_cast<size_t>(r) * w_row_bytes, group, b0, b1, acc), 4);
-                }
+                int64_t r = 0;
+                for (; r + k_tile_rows <= n_rows; r += k_tile_rows) rows_of_group<K, k_tile_rows>(w, w_row_bytes, r, group, b0, b1, lanes, y_index, yt);
+                for (; r < n_rows; ++r) rows_of_group<K, 1>(w, w_row_bytes, r, group, b0, b1, lanes, y_index, yt);
             }
         }
     }

@@ -5,7 +5,11 @@
 //
 // A format W provides:
 //   block_bytes
-//   offset_shift   values are codes - (1 << offset_shift), codes unsigned bytes
+//   offset_shift   values are codes - (1 << offset_shift), codes unsigned bytes (-1:
+//                  values are the codes)
+//   with_q8_1      activations are Q8_1 blocks and the reference (Q5_1's) is
+//                  "sum += (d_w * d_x) * sumi + m_w * s_x"; W then provides
+//                  float min(wb), m_w
 //   __m256i codes(const uint8_t * wb)   the 32 codes of a block in value order
 //   float scale(const uint8_t * wb)     d_w, exactly as the scalar reference reads it
 //   rest           the AVX2 tile of the format, for the tokens left after the groups
@@ -25,12 +29,15 @@ struct block32_kernel {
     static constexpr int64_t block_elems = qk_0;
     static constexpr int64_t chunk_blocks = 32;  // 20 KiB of rearranged activations
     static constexpr size_t wbb = W::block_bytes;
-    static constexpr size_t xbb = q8_0_block_bytes;
+    static constexpr bool with_q8_1 = W::with_q8_1;
+    static constexpr size_t xbb = with_q8_1 ? q8_1_block_bytes : q8_0_block_bytes;
+    static constexpr size_t x_off_qs = with_q8_1 ? q8_1_off_qs : 2;
 
     struct token_group {
         __m512i x[chunk_blocks][8];        // dword k of each token's 32 codes
         __m512i neg_offset[chunk_blocks];  // -(1 << offset_shift) * sum(q_x) per token
         __m512  dx[chunk_blocks];
+        __m512  sx[chunk_blocks];          // Q8_1's s
     };
 
     static void prepare(token_group & g, const uint8_t * x0, __m512i offsets, int64_t b0, int64_t b1) {
@@ -40,12 +47,17 @@ struct block32_kernel {
             __m512i s = _mm512_setzero_si512();
             #pragma GCC unroll 8
             for (int k = 0; k < 8; ++k) {
-                const __m512i v = gather_dwords(offsets, base + 2 + 4 * k);
+                const __m512i v = gather_dwords(offsets, base + x_off_qs + 4 * k);
                 g.x[b - b0][k] = v;
-                s = _mm512_dpbusd_epi32(s, ones, v);
+                if constexpr (W::offset_shift >= 0) s = _mm512_dpbusd_epi32(s, ones, v);
             }
-            g.neg_offset[b - b0] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s, W::offset_shift));
+            if constexpr (W::offset_shift >= 0) {
+                g.neg_offset[b - b0] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s, W::offset_shift));
+            } else {
+                g.neg_offset[b - b0] = s;
+            }
             g.dx[b - b0] = gather_f16(offsets, base);
+            if constexpr (with_q8_1) g.sx[b - b0] = gather_f16(offsets, base + q8_1_off_s);
         }
     }
 
@@ -75,9 +87,16 @@ struct block32_kernel {
             }
             #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
-                // Reference: d = d_w * d_x; sum += (float)sumi * d.
                 const __m512 d = _mm512_mul_ps(_mm512_set1_ps(W::scale(w[r] + b * wbb)), g.dx[b - b0]);
-                acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a[r][0], a[r][1])), d));
+                const __m512 sumi = _mm512_cvtepi32_ps(_mm512_add_epi32(a[r][0], a[r][1]));
+                if constexpr (with_q8_1) {
+                    // Reference: d = d_w * d_x; m = m_w * s_x; sum += d * (float)sumi + m.
+                    const __m512 m = _mm512_mul_ps(_mm512_set1_ps(W::min(w[r] + b * wbb)), g.sx[b - b0]);
+                    acc[r] = _mm512_add_ps(acc[r], _mm512_add_ps(_mm512_mul_ps(d, sumi), m));
+                } else {
+                    // Reference: d = d_w * d_x; sum += (float)sumi * d.
+                    acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(sumi, d));
+                }
             }
         }
     }
@@ -93,12 +112,19 @@ struct block32_kernel {
         for (int64_t ib = 0; ib < n / qk_0; ++ib) {
             const uint8_t * wb = w_row + ib * wbb;
             const uint8_t * xb = x_row + ib * xbb;
-            const __m256i xq = loadu_256(xb + 2);
-            const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), W::codes(wb), xq);
-            const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, xq);
-            const int32_t sumi = hsum_i32(_mm256_sub_epi32(p, _mm256_slli_epi32(s, W::offset_shift)));
+            const __m256i xq = loadu_256(xb + x_off_qs);
+            __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), W::codes(wb), xq);
+            if constexpr (W::offset_shift >= 0) {
+                p = _mm256_sub_epi32(p, _mm256_slli_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, xq), W::offset_shift));
+            }
+            const int32_t sumi = hsum_i32(p);
             const float d = W::scale(wb) * f16_at(xb);
-            sum += static_cast<float>(sumi) * d;
+            if constexpr (with_q8_1) {
+                const float m = W::min(wb) * f16_at(xb + q8_1_off_s);
+                sum += d * static_cast<float>(sumi) + m;
+            } else {
+                sum += static_cast<float>(sumi) * d;
+            }
         }
         return sum;
     }
@@ -109,6 +135,17 @@ inline __m256i unpack_nibbles_32(const uint8_t * qs) {
     const __m128i q = loadu_128(qs);
     const __m128i low4 = _mm_set1_epi8(0x0f);
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low4), _mm_and_si128(q, low4));
+}
+
+// 0x10 in byte j where bit j of the little-endian u32 at qh is set (the fifth bit of
+// Q5_0 / Q5_1 codes).
+inline __m256i q5_high_bits(const uint8_t * qh) {
+    return _mm256_maskz_mov_epi8(static_cast<__mmask32>(load_u32(qh)), _mm256_set1_epi8(0x10));
+}
+
+// 16 table entries (bytes) looked up by 32 indices < 16.
+inline __m256i lookup16(const uint8_t * table, __m256i idx) {
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(loadu_128(table)), idx);
 }
 
 }  // namespace

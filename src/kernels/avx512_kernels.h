@@ -35,4 +35,36 @@ float vec_dot_q6_k_q8_k(const uint8_t * w_row, const uint8_t * x_row, int64_t n)
 void mul_tile_q6_k_q8_k(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
                         int64_t n_tokens, int64_t n, float * y, int64_t y_stride);
 
+// Q5_0, IQ4_NL, MXFP4 x Q8_0 (avx512_q5_0.cpp, avx512_iq4_nl.cpp, avx512_mxfp4.cpp).
+float vec_dot_q5_0_q8_0(const uint8_t * w_row, const uint8_t * x_row, int64_t n);
+void mul_tile_q5_0_q8_0(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
+                        int64_t n_tokens, int64_t n, float * y, int64_t y_stride);
+float vec_dot_iq4_nl_q8_0(const uint8_t * w_row, const uint8_t * x_row, int64_t n);
+void mul_tile_iq4_nl_q8_0(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
+                          int64_t n_tokens, int64_t n, float * y, int64_t y_stride);
+float vec_dot_mxfp4_q8_0(const uint8_t * w_row, const uint8_t * x_row, int64_t n);
+void mul_tile_mxfp4_q8_0(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
+                         int64_t n_tokens, int64_t n, float * y, int64_t y_stride);
+
+// Q5_1 x Q8_1, and the Q8_1 activation encoder (avx512_q5_1.cpp).
+void from_float_q8_1(const float * src, uint8_t * dst, int64_t n);
+float vec_dot_q5_1_q8_1(const uint8_t * w_row, const uint8_t * x_row, int64_t n);
+void mul_tile_q5_1_q8_1(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
+                        int64_t n_tokens, int64_t n, float * y, int64_t y_stride);
+
+// Q2_K, Q3_K, Q5_K, IQ4_XS x Q8_K (avx512_q2_k.cpp, avx512_q3_k.cpp, avx512_q5_k.cpp,
+// avx512_iq4_xs.cpp).
+float vec_dot_q2_k_q8_k(const uint8_t * w_row, const uint8_t * x_row, int64_t n);
+void mul_tile_q2_k_q8_k(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
+                        int64_t n_tokens, int64_t n, float * y, int64_t y_stride);
+float vec_dot_q3_k_q8_k(const uint8_t * w_row, const uint8_t * x_row, int64_t n);
+void mul_tile_q3_k_q8_k(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
+                        int64_t n_tokens, int64_t n, float * y, int64_t y_stride);
+float vec_dot_q5_k_q8_k(const uint8_t * w_row, const uint8_t * x_row, int64_t n);
+void mul_tile_q5_k_q8_k(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
+                        int64_t n_tokens, int64_t n, float * y, int64_t y_stride);
+float vec_dot_iq4_xs_q8_k(const uint8_t * w_row, const uint8_t * x_row, int64_t n);
+void mul_tile_iq4_xs_q8_k(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
+                          int64_t n_tokens, int64_t n, float * y, int64_t y_stride);
+
 }  // namespace skippy::kernels::avx512

@@ -8,6 +8,7 @@ namespace {
 
 struct q4_0_format {
     static constexpr size_t block_bytes = q4_0_block_bytes;
+    static constexpr bool with_q8_1 = false;
     static constexpr int offset_shift = 3;
     static __m256i codes(const uint8_t * wb) { return unpack_nibbles_32(wb + 2); }
     static float scale(const uint8_t * wb) { return f16_at(wb); }

@@ -40,7 +40,6 @@ struct q4_k_format {
             pair[j] = static_cast<uint32_t>((m8 >> (8 * j)) & 0xff) * 0x10001u;
         }
     }
-    static __m256i sc16(const int32_t * sc, int v) { return _mm256_set1_epi16(static_cast<int16_t>(sc[v])); }
     static constexpr auto rest = avx2::mul_tile_q4_k_q8_k;
 };
 

@@ -48,9 +48,6 @@ struct q6_k_format {
             pair[k] = static_cast<uint32_t>(static_cast<uint16_t>(sc[2 * k])) | static_cast<uint32_t>(static_cast<uint16_t>(sc[2 * k + 1])) << 16;
         }
     }
-    static __m256i sc16(const int32_t * sc, int v) {
-        return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(sc[2 * v + 1])), _mm_set1_epi16(static_cast<int16_t>(sc[2 * v])));
-    }
     static constexpr auto rest = avx2::mul_tile_q6_k_q8_k;
 };
 

@@ -14,6 +14,7 @@ constexpr size_t bb = q8_0_block_bytes;
 
 struct q8_0_format {
     static constexpr size_t block_bytes = q8_0_block_bytes;
+    static constexpr bool with_q8_1 = false;
     static constexpr int offset_shift = 7;
     static __m256i codes(const uint8_t * wb) { return _mm256_xor_si256(loadu_256(wb + 2), _mm256_set1_epi8(static_cast<char>(0x80))); }
     static float scale(const uint8_t * wb) { return f16_at(wb); }

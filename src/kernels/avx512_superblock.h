@@ -16,13 +16,10 @@
 //       sub-blocks of 32) or the scales sc_2k, sc_2k+1 (formats with a bias, sub-blocks
 //       of 16)
 //   rest          the AVX2 tile of the format, for the tokens left after the groups
-// and for vec_dot (one token, 256-bit vectors):
-//   __m256i sc16(sc, v)   the 16 int16 multipliers of maddubs' pair sums of value
-//                         vector v (32 values)
 //
 // tokens16: per sub-block, vpdpbusd of the broadcast codes (u8) with the rearranged
 // activations (s8) gives the exact sub-block sum of every token; it is multiplied by
-// sc_j (vpmulld, exact: |sc_j * sum| < 2^31) and added. The bsums terms go through
+// sc_j (vpmulld, exact: |sc_j * sum| <= 32 * 255 * 128 * 128 < 2^31) and added. The bsums terms go through
 // vpdpwssd (int16 pairs). The float step runs one output per lane.
 #pragma once
 
@@ -132,8 +129,8 @@ struct superblock_kernel {
         W::rest(w, w_row_bytes, n_rows, xq, xq_row_bytes, n_tokens, n, y, y_stride);
     }
 
-    // One token: maddubs pair sums (|code * x| pairs within int16 for codes < 64) and
-    // vpdpwssd with the scales, 32 values at a time; the bsums term the same way.
+    // One token, 256-bit vectors: vpdpbusd of 32 codes with 32 activation codes, each
+    // dword lane within one sub-block, times that sub-block's scale (vpmulld, exact).
     static float vec_dot(const uint8_t * w_row, const uint8_t * x_row, int64_t n) {
         float sum = 0.0f;
         for (int64_t ib = 0; ib < n / qk_k; ++ib) {
@@ -147,8 +144,10 @@ struct superblock_kernel {
             __m256i acc = _mm256_setzero_si256();
             #pragma GCC unroll 8
             for (int v = 0; v < 8; ++v) {
-                const __m256i p = _mm256_maddubs_epi16(loadu_256(codes + 32 * v), loadu_256(xb + q8_k_off_qs + 32 * v));
-                acc = _mm256_dpwssd_epi32(acc, p, W::sc16(sc, v));
+                const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), loadu_256(codes + 32 * v), loadu_256(xb + q8_k_off_qs + 32 * v));
+                const __m256i mult = n_sub == 8 ? _mm256_set1_epi32(sc[v])
+                                                : _mm256_set_m128i(_mm_set1_epi32(sc[(2 * v + 1) % n_sub]), _mm_set1_epi32(sc[(2 * v) % n_sub]));
+                acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(p, mult));
             }
             const __m256i pairs = _mm256_setr_epi32(static_cast<int32_t>(pair[0]), static_cast<int32_t>(pair[1]),
                                                     static_cast<int32_t>(pair[2]), static_cast<int32_t>(pair[3]),

@@ -28,6 +28,14 @@ void install_kernels(type_kernels * entries, size_t n) {
         {tensor_type::q4_0, vec_dot_q4_0_q8_0, mul_tile_q4_0_q8_0},
         {tensor_type::q4_k, vec_dot_q4_k_q8_k, mul_tile_q4_k_q8_k},
         {tensor_type::q6_k, vec_dot_q6_k_q8_k, mul_tile_q6_k_q8_k},
+        {tensor_type::q5_0, vec_dot_q5_0_q8_0, mul_tile_q5_0_q8_0},
+        {tensor_type::q5_1, vec_dot_q5_1_q8_1, mul_tile_q5_1_q8_1},
+        {tensor_type::iq4_nl, vec_dot_iq4_nl_q8_0, mul_tile_iq4_nl_q8_0},
+        {tensor_type::mxfp4, vec_dot_mxfp4_q8_0, mul_tile_mxfp4_q8_0},
+        {tensor_type::q2_k, vec_dot_q2_k_q8_k, mul_tile_q2_k_q8_k},
+        {tensor_type::q3_k, vec_dot_q3_k_q8_k, mul_tile_q3_k_q8_k},
+        {tensor_type::q5_k, vec_dot_q5_k_q8_k, mul_tile_q5_k_q8_k},
+        {tensor_type::iq4_xs, vec_dot_iq4_xs_q8_k, mul_tile_iq4_xs_q8_k},
     };
     for (const product & p : products) {
         if (type_kernels * k = find(entries, n, p.type)) {
@@ -42,6 +50,7 @@ void install_kernels(type_kernels * entries, size_t n) {
     const encoder encoders[] = {
         {tensor_type::q8_0, from_float_q8_0_activation},
         {tensor_type::q8_k, from_float_q8_k},
+        {tensor_type::q8_1, from_float_q8_1},
     };
     for (const encoder & e : encoders) {
         if (type_kernels * k = find(entries, n, e.type)) k->from_float_activation = e.from_float_activation;

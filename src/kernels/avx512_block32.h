@@ -27,7 +27,7 @@ namespace {
 template <typename W>
 struct block32_kernel {
     static constexpr int64_t block_elems = qk_0;
-    static constexpr int64_t chunk_blocks = 32;  // 20 KiB of rearranged activations
+    static constexpr int64_t chunk_blocks = 16;  // 11 KiB of rearranged activations per group
     static constexpr size_t wbb = W::block_bytes;
     static constexpr bool with_q8_1 = W::with_q8_1;
     static constexpr size_t xbb = with_q8_1 ? q8_1_block_bytes : q8_0_block_bytes;
@@ -61,41 +61,50 @@ struct block32_kernel {
         }
     }
 
-    // R rows at once: each rearranged activation vector is loaded once for R rows.
-    template <int R>
-    static void tokens16(const uint8_t * const w[R], const token_group & g, int64_t b0, int64_t b1, __m512 acc[R]) {
+    // R rows x G token groups at once: each rearranged activation vector is loaded once
+    // for R rows, each broadcast weight dword serves G groups.
+    template <int R, int G>
+    static void tokens(const uint8_t * const w[R], const token_group * const g[G], int64_t b0, int64_t b1, __m512 acc[R][G]) {
         for (int64_t b = b0; b < b1; ++b) {
-            const __m512i * xv = g.x[b - b0];
+            const int64_t i = b - b0;
             alignas(32) uint8_t codes[R][32];
             #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) _mm256_store_si256(reinterpret_cast<__m256i *>(codes[r]), W::codes(w[r] + b * wbb));
             // Read back as broadcast loads (a load port each), not through shuffles.
             __asm__("" : "+m"(codes));
-            __m512i a[R][2];
+            __m512i a[R][G];
             #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
-                a[r][0] = g.neg_offset[b - b0];
-                a[r][1] = _mm512_setzero_si512();
+                #pragma GCC unroll 2
+                for (int q = 0; q < G; ++q) a[r][q] = g[q]->neg_offset[i];
             }
             #pragma GCC unroll 8
             for (int k = 0; k < 8; ++k) {
-                const __m512i x = xv[k];
+                __m512i x[G];
+                #pragma GCC unroll 2
+                for (int q = 0; q < G; ++q) x[q] = g[q]->x[i][k];
                 #pragma GCC unroll 4
                 for (int r = 0; r < R; ++r) {
-                    a[r][k & 1] = _mm512_dpbusd_epi32(a[r][k & 1], _mm512_set1_epi32(static_cast<int32_t>(load_u32(codes[r] + 4 * k))), x);
+                    const __m512i c = _mm512_set1_epi32(static_cast<int32_t>(load_u32(codes[r] + 4 * k)));
+                    #pragma GCC unroll 2
+                    for (int q = 0; q < G; ++q) a[r][q] = _mm512_dpbusd_epi32(a[r][q], c, x[q]);
                 }
             }
             #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
-                const __m512 d = _mm512_mul_ps(_mm512_set1_ps(W::scale(w[r] + b * wbb)), g.dx[b - b0]);
-                const __m512 sumi = _mm512_cvtepi32_ps(_mm512_add_epi32(a[r][0], a[r][1]));
-                if constexpr (with_q8_1) {
-                    // Reference: d = d_w * d_x; m = m_w * s_x; sum += d * (float)sumi + m.
-                    const __m512 m = _mm512_mul_ps(_mm512_set1_ps(W::min(w[r] + b * wbb)), g.sx[b - b0]);
-                    acc[r] = _mm512_add_ps(acc[r], _mm512_add_ps(_mm512_mul_ps(d, sumi), m));
-                } else {
-                    // Reference: d = d_w * d_x; sum += (float)sumi * d.
-                    acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(sumi, d));
+                const __m512 dw = _mm512_set1_ps(W::scale(w[r] + b * wbb));
+                #pragma GCC unroll 2
+                for (int q = 0; q < G; ++q) {
+                    const __m512 d = _mm512_mul_ps(dw, g[q]->dx[i]);
+                    const __m512 sumi = _mm512_cvtepi32_ps(a[r][q]);
+                    if constexpr (with_q8_1) {
+                        // Reference: d = d_w * d_x; m = m_w * s_x; sum += d * (float)sumi + m.
+                        const __m512 m = _mm512_mul_ps(_mm512_set1_ps(W::min(w[r] + b * wbb)), g[q]->sx[i]);
+                        acc[r][q] = _mm512_add_ps(acc[r][q], _mm512_add_ps(_mm512_mul_ps(d, sumi), m));
+                    } else {
+                        // Reference: d = d_w * d_x; sum += (float)sumi * d.
+                        acc[r][q] = _mm512_add_ps(acc[r][q], _mm512_mul_ps(sumi, d));
+                    }
                 }
             }
         }

@@ -32,7 +32,7 @@ namespace {
 template <typename W>
 struct superblock_kernel {
     static constexpr int64_t block_elems = qk_k;
-    static constexpr int64_t chunk_blocks = 4;  // 18.5 KiB of rearranged activations
+    static constexpr int64_t chunk_blocks = 2;  // 9.3 KiB of rearranged activations per group
     static constexpr size_t wbb = W::block_bytes;
     static constexpr size_t xbb = q8_k_block_bytes;
     static constexpr int n_sub = W::n_sub;
@@ -63,12 +63,13 @@ struct superblock_kernel {
         }
     }
 
-    // R rows at once: each rearranged activation vector is loaded once for R rows.
-    template <int R>
-    static void tokens16(const uint8_t * const w[R], const token_group & g, int64_t b0, int64_t b1, __m512 acc[R]) {
+    // R rows x G token groups at once: each rearranged activation vector is loaded once
+    // for R rows; each row's codes and scales are unpacked once, and each broadcast
+    // weight dword serves G groups.
+    template <int R, int G>
+    static void tokens(const uint8_t * const w[R], const token_group * const g[G], int64_t b0, int64_t b1, __m512 acc[R][G]) {
         for (int64_t b = b0; b < b1; ++b) {
-            const __m512i * xv = g.x[b - b0];
-            const __m512i * bs = g.bsums[b - b0];
+            const int64_t i = b - b0;
             alignas(64) uint8_t codes[R][qk_k];
             int32_t sc[R][n_sub];
             uint32_t pair[R][8];
@@ -80,45 +81,63 @@ struct superblock_kernel {
             // The codes are read back as broadcast loads (a load port each), not moved
             // through registers (two shuffles each, on the ports the products need).
             __asm__("" : "+m"(codes));
-            __m512i isum[R];
+            __m512i isum[R][G];
             #pragma GCC unroll 4
-            for (int r = 0; r < R; ++r) isum[r] = _mm512_setzero_si512();
+            for (int r = 0; r < R; ++r) {
+                #pragma GCC unroll 2
+                for (int q = 0; q < G; ++q) isum[r][q] = _mm512_setzero_si512();
+            }
             #pragma GCC unroll 16
             for (int j = 0; j < n_sub; ++j) {
-                __m512i a[R][2];
+                __m512i a[R][G];
                 #pragma GCC unroll 4
-                for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm512_setzero_si512();
+                for (int r = 0; r < R; ++r) {
+                    #pragma GCC unroll 2
+                    for (int q = 0; q < G; ++q) a[r][q] = _mm512_setzero_si512();
+                }
                 #pragma GCC unroll 8
                 for (int k = j * dwords_per_sub; k < (j + 1) * dwords_per_sub; ++k) {
-                    const __m512i x = xv[k];
+                    __m512i x[G];
+                    #pragma GCC unroll 2
+                    for (int q = 0; q < G; ++q) x[q] = g[q]->x[i][k];
                     #pragma GCC unroll 4
                     for (int r = 0; r < R; ++r) {
-                        a[r][k & 1] = _mm512_dpbusd_epi32(a[r][k & 1], _mm512_set1_epi32(static_cast<int32_t>(load_u32(codes[r] + 4 * k))), x);
+                        const __m512i c = _mm512_set1_epi32(static_cast<int32_t>(load_u32(codes[r] + 4 * k)));
+                        #pragma GCC unroll 2
+                        for (int q = 0; q < G; ++q) a[r][q] = _mm512_dpbusd_epi32(a[r][q], c, x[q]);
                     }
                 }
                 #pragma GCC unroll 4
                 for (int r = 0; r < R; ++r) {
-                    isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(_mm512_add_epi32(a[r][0], a[r][1]), _mm512_set1_epi32(sc[r][j])));
+                    const __m512i s = _mm512_set1_epi32(sc[r][j]);
+                    #pragma GCC unroll 2
+                    for (int q = 0; q < G; ++q) isum[r][q] = _mm512_add_epi32(isum[r][q], _mm512_mullo_epi32(a[r][q], s));
                 }
             }
-            const __m512 dx = g.dx[b - b0];
             #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
                 const uint8_t * wb = w[r] + b * wbb;
-                __m512i bsum_term = _mm512_setzero_si512();
-                #pragma GCC unroll 8
-                for (int k = 0; k < 8; ++k) bsum_term = _mm512_dpwssd_epi32(bsum_term, bs[k], _mm512_set1_epi32(static_cast<int32_t>(pair[r][k])));
                 const __m512 dw = _mm512_set1_ps(f16_at(wb + W::off_d));
-                if constexpr (W::has_min) {
-                    // Reference: sum += (d_w * d_x) * isum - (dmin_w * d_x) * imin.
-                    const __m512 t = _mm512_mul_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum[r]));
-                    const __m512 tm = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(dmin_of(wb)), dx), _mm512_cvtepi32_ps(bsum_term));
-                    acc[r] = _mm512_add_ps(acc[r], _mm512_sub_ps(t, tm));
-                } else {
-                    // isum = sum_j sc_j * (sum(code * x) - (1 << bias_shift) * bsum_j).
-                    __m512i is = isum[r];
-                    if constexpr (W::bias_shift >= 0) is = _mm512_sub_epi32(is, _mm512_slli_epi32(bsum_term, W::bias_shift));
-                    acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(is)));
+                const __m512 dmin = _mm512_set1_ps(dmin_of(wb));
+                #pragma GCC unroll 2
+                for (int q = 0; q < G; ++q) {
+                    __m512i bsum_term = _mm512_setzero_si512();
+                    #pragma GCC unroll 8
+                    for (int k = 0; k < 8; ++k) {
+                        bsum_term = _mm512_dpwssd_epi32(bsum_term, g[q]->bsums[i][k], _mm512_set1_epi32(static_cast<int32_t>(pair[r][k])));
+                    }
+                    const __m512 dx = g[q]->dx[i];
+                    if constexpr (W::has_min) {
+                        // Reference: sum += (d_w * d_x) * isum - (dmin_w * d_x) * imin.
+                        const __m512 t = _mm512_mul_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum[r][q]));
+                        const __m512 tm = _mm512_mul_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(bsum_term));
+                        acc[r][q] = _mm512_add_ps(acc[r][q], _mm512_sub_ps(t, tm));
+                    } else {
+                        // isum = sum_j sc_j * (sum(code * x) - (1 << bias_shift) * bsum_j).
+                        __m512i is = isum[r][q];
+                        if constexpr (W::bias_shift >= 0) is = _mm512_sub_epi32(is, _mm512_slli_epi32(bsum_term, W::bias_shift));
+                        acc[r][q] = _mm512_add_ps(acc[r][q], _mm512_mul_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(is)));
+                    }
                 }
             }
         }

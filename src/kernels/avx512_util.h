@@ -38,6 +38,7 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <immintrin.h>
 #if defined(__GNUC__) && !defined(__clang__)
@@ -155,36 +156,85 @@ inline __m512i token_offsets(size_t xq_row_bytes, int64_t m) {
 // mul_tile contract asks (y[t * y_stride + r] = vec_dot(row r, token t)).
 //
 // K provides:
-//   block_elems, x_block_bytes, chunk_blocks
+//   block_elems, chunk_blocks
 //   struct token_group: the activations of 16 tokens for blocks [b0, b1), rearranged
 //     by prepare(group, x0, offsets, b0, b1) (x0: the first token's row, offsets: each
 //     lane's token row from it, token_offsets)
-//   tokens16<R>(w_rows[R], group, b0, b1, acc[R]): continues acc[i] (lane = token)
-//     over blocks [b0, b1) of weight row i
+//   tokens<R, G>(w_rows[R], groups[G], b0, b1, acc[R][G]): continues acc[r][g] (lane =
+//     token of group g) over blocks [b0, b1) of weight row r
 //   rest: the AVX2 tile, for the tokens left after the groups (decode is one token)
 //
-// Groups of 16 tokens, and a last group of at least k_min_tokens (padded), use
-// tokens16; fewer tokens go to K::rest. Blocks are taken in chunks so that a group's
-// rearranged activations stay in L1; the partial sums between chunks are kept in y
+// Tokens go in pairs of groups (32 tokens: every unpacked weight block and broadcast
+// weight dword serves both), then single groups of 16, a last one of at least
+// k_min_tokens padded; fewer tokens go to K::rest. Blocks are taken in chunks so that
+// the rearranged activations stay in L1; the partial sums between chunks are kept in y
 // itself (a float stored and reloaded is unchanged).
 constexpr int64_t k_min_tokens = 4;
-// Weight rows per tokens16 call.
-constexpr int k_tile_rows = 4;
 
-// Rows [r, r + R) of a group over blocks [b0, b1), continuing the partial sums in y.
-template <typename K, int R>
-void rows_of_group(const uint8_t * w, size_t w_row_bytes, int64_t r, const typename K::token_group & group, int64_t b0,
-                   int64_t b1, __mmask16 lanes, __m512i y_index, float * yt) {
+// Weight rows per micro-kernel call, for one and two token groups.
+template <int G>
+constexpr int k_tile_rows = G == 1 ? 4 : 2;
+
+// Where a group's outputs go: its token lanes, and y of its first token.
+struct group_out {
+    __mmask16 lanes;
+    float *   y;
+};
+
+// Rows [r, r + R) of G groups over blocks [b0, b1), continuing the partial sums in y.
+template <typename K, int R, int G>
+void rows_of_groups(const uint8_t * w, size_t w_row_bytes, int64_t r, const typename K::token_group * const groups[G],
+                    int64_t b0, int64_t b1, const group_out out[G], __m512i y_index) {
     const uint8_t * rows[R];
-    __m512 acc[R];
+    __m512 acc[R][G];
     #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
         rows[i] = w + static_cast<size_t>(r + i) * w_row_bytes;
-        acc[i] = b0 == 0 ? _mm512_setzero_ps() : _mm512_mask_i32gather_ps(_mm512_setzero_ps(), lanes, y_index, yt + r + i, 4);
+        #pragma GCC unroll 2
+        for (int g = 0; g < G; ++g) {
+            acc[i][g] = b0 == 0 ? _mm512_setzero_ps()
+                                : _mm512_mask_i32gather_ps(_mm512_setzero_ps(), out[g].lanes, y_index, out[g].y + r + i, 4);
+        }
     }
-    K::template tokens16<R>(rows, group, b0, b1, acc);
+    K::template tokens<R, G>(rows, groups, b0, b1, acc);
     #pragma GCC unroll 4
-    for (int i = 0; i < R; ++i) _mm512_mask_i32scatter_ps(yt + r + i, lanes, y_index, acc[i], 4);
+    for (int i = 0; i < R; ++i) {
+        #pragma GCC unroll 2
+        for (int g = 0; g < G; ++g) _mm512_mask_i32scatter_ps(out[g].y + r + i, out[g].lanes, y_index, acc[i][g], 4);
+    }
+}
+
+// Tokens [t, t + 16 G) (the last group possibly short: m_last tokens) x all rows.
+template <typename K, int G>
+void run_groups(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes, int64_t t,
+                int64_t m_last, int64_t nb, float * y, int64_t y_stride) {
+    const __m512i y_index = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                               _mm512_set1_epi32(static_cast<int32_t>(y_stride)));
+    const uint8_t * x0[G];
+    __m512i offsets[G];
+    group_out out[G];
+    #pragma GCC unroll 2
+    for (int g = 0; g < G; ++g) {
+        const int64_t m = g == G - 1 ? m_last : k_group;
+        const int64_t t0 = t + g * k_group;
+        x0[g] = xq + static_cast<size_t>(t0) * xq_row_bytes;
+        offsets[g] = token_offsets(xq_row_bytes, m);
+        out[g] = {static_cast<__mmask16>((1u << m) - 1u), y + t0 * y_stride};
+    }
+    for (int64_t b0 = 0; b0 < nb; b0 += K::chunk_blocks) {
+        const int64_t b1 = b0 + K::chunk_blocks < nb ? b0 + K::chunk_blocks : nb;
+        alignas(64) typename K::token_group groups[G];
+        const typename K::token_group * gp[G];
+        #pragma GCC unroll 2
+        for (int g = 0; g < G; ++g) {
+            K::prepare(groups[g], x0[g], offsets[g], b0, b1);
+            gp[g] = &groups[g];
+        }
+        constexpr int R = k_tile_rows<G>;
+        int64_t r = 0;
+        for (; r + R <= n_rows; r += R) rows_of_groups<K, R, G>(w, w_row_bytes, r, gp, b0, b1, out, y_index);
+        for (; r < n_rows; ++r) rows_of_groups<K, 1, G>(w, w_row_bytes, r, gp, b0, b1, out, y_index);
+    }
 }
 
 template <typename K>
@@ -193,22 +243,12 @@ void mul_tile_driver(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, cons
     const int64_t nb = n / K::block_elems;
     int64_t t = 0;
     if (n_rows > 0) {
-        for (; t < n_tokens && n_tokens - t >= k_min_tokens; t += k_group) {
+        for (; n_tokens - t >= 2 * k_group; t += 2 * k_group) {
+            run_groups<K, 2>(w, w_row_bytes, n_rows, xq, xq_row_bytes, t, k_group, nb, y, y_stride);
+        }
+        for (; n_tokens - t >= k_min_tokens; t += k_group) {
             const int64_t m = n_tokens - t < k_group ? n_tokens - t : k_group;
-            const __mmask16 lanes = static_cast<__mmask16>((1u << m) - 1u);
-            const uint8_t * x0 = xq + static_cast<size_t>(t) * xq_row_bytes;
-            const __m512i offsets = token_offsets(xq_row_bytes, m);
-            const __m512i y_index = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                                       _mm512_set1_epi32(static_cast<int32_t>(y_stride)));
-            float * yt = y + t * y_stride;
-            for (int64_t b0 = 0; b0 < nb; b0 += K::chunk_blocks) {
-                const int64_t b1 = b0 + K::chunk_blocks < nb ? b0 + K::chunk_blocks : nb;
-                alignas(64) typename K::token_group group;
-                K::prepare(group, x0, offsets, b0, b1);
-                int64_t r = 0;
-                for (; r + k_tile_rows <= n_rows; r += k_tile_rows) rows_of_group<K, k_tile_rows>(w, w_row_bytes, r, group, b0, b1, lanes, y_index, yt);
-                for (; r < n_rows; ++r) rows_of_group<K, 1>(w, w_row_bytes, r, group, b0, b1, lanes, y_index, yt);
-            }
+            run_groups<K, 1>(w, w_row_bytes, n_rows, xq, xq_row_bytes, t, m, nb, y, y_stride);
         }
     }
     if (t < n_tokens) {

@@ -11,6 +11,10 @@
 
 namespace skippy::kernels::avx512 {
 
+// F32 and F16 add_scaled (avx512_float.cpp; their products stay on AVX2).
+void add_scaled_f32(const float * a, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows, float * y, int64_t n);
+void add_scaled_f16(const float * a, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows, float * y, int64_t n);
+
 // Q8_0 (avx512_q8_0.cpp).
 void from_float_q8_0_activation(const float * src, uint8_t * dst, int64_t n);
 float vec_dot_q8_0_q8_0(const uint8_t * w_row, const uint8_t * x_row, int64_t n);

@@ -14,9 +14,9 @@ type_kernels * find(type_kernels * entries, size_t n, tensor_type t) {
 
 }  // namespace
 
-// Weight products (vec_dot and mul_tile) and activation encoders; F32, F16 and BF16
-// stay on the AVX2 kernels (their reference's eight partial sums are one __m256 per
-// output already), as do the conversions off the hot paths.
+// Weight products (vec_dot and mul_tile) of the quantized types, the activation
+// encoders, and add_scaled of F32 and F16. The products of F32, F16 and BF16 stay on
+// AVX2 (see avx512_float.cpp), as do the conversions off the hot paths.
 void install_kernels(type_kernels * entries, size_t n) {
     struct product {
         tensor_type type;
@@ -55,6 +55,8 @@ void install_kernels(type_kernels * entries, size_t n) {
     for (const encoder & e : encoders) {
         if (type_kernels * k = find(entries, n, e.type)) k->from_float_activation = e.from_float_activation;
     }
+    if (type_kernels * k = find(entries, n, tensor_type::f32)) k->add_scaled = add_scaled_f32;
+    if (type_kernels * k = find(entries, n, tensor_type::f16)) k->add_scaled = add_scaled_f16;
 }
 
 }  // namespace skippy::kernels::avx512

@@ -467,8 +467,8 @@ TEST(kernels_avx2, ScalarTableHasNoTilesAndAvx2TableAcceleratesEveryWeightType) 
 }
 
 // The AVX-512 table replaces the products (vec_dot and mul_tile) of every quantized
-// weight type and the activation encoders of Q8_0, Q8_K and Q8_1; F32, F16 and BF16
-// keep the AVX2 kernels.
+// weight type, the activation encoders of Q8_0, Q8_K and Q8_1, and add_scaled of F32
+// and F16; the products of F32, F16 and BF16 keep the AVX2 kernels.
 TEST(kernels_avx512, Avx512TableReplacesTheQuantizedProductsAndEncoders) {
     SKIP_WITHOUT(implementation::avx512);
     const auto avx512_of = [](tensor_type t) -> const type_kernels & { return *kernel_table(implementation::avx512, t); };
@@ -486,6 +486,9 @@ TEST(kernels_avx512, Avx512TableReplacesTheQuantizedProductsAndEncoders) {
     for (tensor_type t : {tensor_type::f32, tensor_type::f16, tensor_type::bf16}) {
         EXPECT_EQ(avx512_of(t).vec_dot, avx2_of(t).vec_dot) << tensor_type_name(t);
         EXPECT_EQ(avx512_of(t).mul_tile, avx2_of(t).mul_tile) << tensor_type_name(t);
+    }
+    for (tensor_type t : {tensor_type::f32, tensor_type::f16}) {
+        EXPECT_NE(avx512_of(t).add_scaled, avx2_of(t).add_scaled) << tensor_type_name(t);
     }
 }
 

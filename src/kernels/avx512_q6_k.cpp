@@ -27,10 +27,11 @@ struct q6_k_format {
         const __m512i qh = loadu_512(wb + q6_k_off_qh);        // [half 0 | half 1]
         // Vectors of 32 codes, as 256-bit halves: k = 0, 1 from the low nibbles, k = 2, 3
         // from the high nibbles.
+        const __m512i qh_halves[2] = {_mm512_shuffle_i64x2(qh, qh, 0x44), _mm512_shuffle_i64x2(qh, qh, 0xee)};  // each half's qh, twice
         #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {
             const __m512i q = h == 0 ? ql : ql1;
-            const __m512i hb = _mm512_shuffle_i64x2(qh, qh, h == 0 ? 0x44 : 0xee);  // this half's qh, twice
+            const __m512i hb = qh_halves[h];
             // k = 0, 1: high bits (qh >> 0) and (qh >> 2) in bits 4-5.
             const __m512i h01 = _mm512_mask_blend_epi64(0xf0, _mm512_slli_epi16(hb, 4), _mm512_slli_epi16(hb, 2));
             const __m512i h23 = _mm512_mask_blend_epi64(0xf0, hb, _mm512_srli_epi16(hb, 2));

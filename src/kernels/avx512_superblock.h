@@ -37,6 +37,8 @@ struct superblock_kernel {
     static constexpr size_t xbb = q8_k_block_bytes;
     static constexpr int n_sub = W::n_sub;
     static constexpr int dwords_per_sub = 64 / n_sub;
+    static_assert(!W::has_min || W::bias_shift < 0, "a format has mins or a bias, not both");
+    static_assert(W::has_min || W::off_dmin == 0, "off_dmin is for formats with mins");
 
     struct token_group {
         __m512i x[chunk_blocks][64];    // dword k of each token's 256 codes

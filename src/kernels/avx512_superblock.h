@@ -32,7 +32,7 @@ namespace {
 template <typename W>
 struct superblock_kernel {
     static constexpr int64_t block_elems = qk_k;
-    static constexpr int64_t chunk_blocks = 2;  // 9.3 KiB of rearranged activations per group
+    static constexpr int64_t chunk_blocks = 4;  // 18.5 KiB of rearranged activations per group
     static constexpr size_t wbb = W::block_bytes;
     static constexpr size_t xbb = q8_k_block_bytes;
     static constexpr int n_sub = W::n_sub;

@@ -175,41 +175,57 @@ constexpr int64_t k_min_tokens = 4;
 template <int G>
 constexpr int k_tile_rows = G == 1 ? 4 : 2;
 
-// Where a group's outputs go: its token lanes, and y of its first token.
-struct group_out {
-    __mmask16 lanes;
-    float *   y;
-};
-
-// Rows [r, r + R) of G groups over blocks [b0, b1), continuing the partial sums in y.
-template <typename K, int R, int G>
-void rows_of_groups(const uint8_t * w, size_t w_row_bytes, int64_t r, const typename K::token_group * const groups[G],
-                    int64_t b0, int64_t b1, const group_out out[G], __m512i y_index) {
-    const uint8_t * rows[R];
-    __m512 acc[R][G];
+// 16 x 16 floats transposed in registers: v[i][j] <-> v[j][i]. Stage i swaps bit i of
+// the row index with bit i of the column index (pairs of rows 2^i apart).
+inline void transpose16(__m512 v[16]) {
     #pragma GCC unroll 4
-    for (int i = 0; i < R; ++i) {
-        rows[i] = w + static_cast<size_t>(r + i) * w_row_bytes;
-        #pragma GCC unroll 2
-        for (int g = 0; g < G; ++g) {
-            acc[i][g] = b0 == 0 ? _mm512_setzero_ps()
-                                : _mm512_mask_i32gather_ps(_mm512_setzero_ps(), out[g].lanes, y_index, out[g].y + r + i, 4);
+    for (int bit = 0; bit < 4; ++bit) {
+        const int d = 1 << bit;
+        alignas(64) int32_t lo[16], hi[16];
+        for (int c = 0; c < 16; ++c) {
+            lo[c] = (c & d) == 0 ? c : 16 + c - d;
+            hi[c] = (c & d) == 0 ? c + d : 16 + c;
         }
-    }
-    K::template tokens<R, G>(rows, groups, b0, b1, acc);
-    #pragma GCC unroll 4
-    for (int i = 0; i < R; ++i) {
-        #pragma GCC unroll 2
-        for (int g = 0; g < G; ++g) _mm512_mask_i32scatter_ps(out[g].y + r + i, out[g].lanes, y_index, acc[i][g], 4);
+        const __m512i idx_lo = _mm512_load_si512(lo), idx_hi = _mm512_load_si512(hi);
+        #pragma GCC unroll 16
+        for (int r = 0; r < 16; ++r) {
+            if ((r & d) != 0) continue;
+            const __m512 a = v[r], b = v[r + d];
+            v[r] = _mm512_permutex2var_ps(a, idx_lo, b);
+            v[r + d] = _mm512_permutex2var_ps(a, idx_hi, b);
+        }
     }
 }
 
-// Tokens [t, t + 16 G) (the last group possibly short: m_last tokens) x all rows.
+// Where a group's outputs go: its number of tokens (lanes), and y of its first token.
+struct group_out {
+    int64_t m;
+    float * y;
+};
+
+// The partial sums of rows [r, r + nr) of a group (lane = token) from y, or zeros.
+inline void load_partials(const group_out & out, int64_t y_stride, int64_t r, int64_t nr, __m512 v[16]) {
+    const __mmask16 rows = static_cast<__mmask16>((1u << nr) - 1u);
+    #pragma GCC unroll 16
+    for (int t = 0; t < 16; ++t) v[t] = t < out.m ? _mm512_maskz_loadu_ps(rows, out.y + t * y_stride + r) : _mm512_setzero_ps();
+    transpose16(v);
+}
+
+inline void store_partials(const group_out & out, int64_t y_stride, int64_t r, int64_t nr, __m512 v[16]) {
+    const __mmask16 rows = static_cast<__mmask16>((1u << nr) - 1u);
+    transpose16(v);
+    #pragma GCC unroll 16
+    for (int t = 0; t < 16; ++t) {
+        if (t < out.m) _mm512_mask_storeu_ps(out.y + t * y_stride + r, rows, v[t]);
+    }
+}
+
+// Tokens [t, t + 16 G) (the last group possibly short: m_last tokens) x all rows, in
+// blocks of 16 rows: each block's partial sums come from y and go back to it through a
+// 16 x 16 transpose (one contiguous store per token and block).
 template <typename K, int G>
 void run_groups(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes, int64_t t,
                 int64_t m_last, int64_t nb, float * y, int64_t y_stride) {
-    const __m512i y_index = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                               _mm512_set1_epi32(static_cast<int32_t>(y_stride)));
     const uint8_t * x0[G];
     __m512i offsets[G];
     group_out out[G];
@@ -219,8 +235,9 @@ void run_groups(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uin
         const int64_t t0 = t + g * k_group;
         x0[g] = xq + static_cast<size_t>(t0) * xq_row_bytes;
         offsets[g] = token_offsets(xq_row_bytes, m);
-        out[g] = {static_cast<__mmask16>((1u << m) - 1u), y + t0 * y_stride};
+        out[g] = {m, y + t0 * y_stride};
     }
+    constexpr int R = k_tile_rows<G>;
     for (int64_t b0 = 0; b0 < nb; b0 += K::chunk_blocks) {
         const int64_t b1 = b0 + K::chunk_blocks < nb ? b0 + K::chunk_blocks : nb;
         alignas(64) typename K::token_group groups[G];
@@ -230,10 +247,34 @@ void run_groups(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uin
             K::prepare(groups[g], x0[g], offsets[g], b0, b1);
             gp[g] = &groups[g];
         }
-        constexpr int R = k_tile_rows<G>;
-        int64_t r = 0;
-        for (; r + R <= n_rows; r += R) rows_of_groups<K, R, G>(w, w_row_bytes, r, gp, b0, b1, out, y_index);
-        for (; r < n_rows; ++r) rows_of_groups<K, 1, G>(w, w_row_bytes, r, gp, b0, b1, out, y_index);
+        for (int64_t r0 = 0; r0 < n_rows; r0 += 16) {
+            const int64_t nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
+            __m512 acc[16][G];
+            for (int g = 0; g < G; ++g) {
+                __m512 v[16];
+                if (b0 == 0) {
+                    for (int i = 0; i < 16; ++i) v[i] = _mm512_setzero_ps();
+                } else {
+                    load_partials(out[g], y_stride, r0, nr, v);
+                }
+                for (int i = 0; i < 16; ++i) acc[i][g] = v[i];
+            }
+            int64_t r = 0;
+            for (; r + R <= nr; r += R) {
+                const uint8_t * rows[R];
+                for (int i = 0; i < R; ++i) rows[i] = w + static_cast<size_t>(r0 + r + i) * w_row_bytes;
+                K::template tokens<R, G>(rows, gp, b0, b1, acc + r);
+            }
+            for (; r < nr; ++r) {
+                const uint8_t * rows[1] = {w + static_cast<size_t>(r0 + r) * w_row_bytes};
+                K::template tokens<1, G>(rows, gp, b0, b1, acc + r);
+            }
+            for (int g = 0; g < G; ++g) {
+                __m512 v[16];
+                for (int i = 0; i < 16; ++i) v[i] = acc[i][g];
+                store_partials(out[g], y_stride, r0, nr, v);
+            }
+        }
     }
 }
 

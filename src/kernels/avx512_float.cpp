@@ -1,4 +1,5 @@
-// F32 and F16 add_scaled with AVX-512 (attention's weighted sum of values).
+// F32 and F16 add_scaled with AVX-512 (attention's weighted sum of values), and the
+// F16 encoder (queries and the KV cache's keys and values).
 //
 // add_scaled is element-wise (y[i] = y[i] + a[r] * row_r[i], rows in order, each
 // product rounded, then each sum), so 16 elements per vector change nothing in any
@@ -61,6 +62,17 @@ void add_scaled(const float * a, const uint8_t * rows, size_t row_stride_bytes, 
 }
 
 }  // namespace
+
+// F16C rounds to nearest even and keeps NaN payloads as base/fp16.h's f32_to_f16 does
+// (the AVX2 encoder's conversion, 16 values per instruction); masked tails.
+void from_float_f16(const float * src, uint8_t * dst, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        const int64_t m = n - i < 16 ? n - i : 16;
+        const __mmask16 lanes = static_cast<__mmask16>((1u << m) - 1u);
+        const __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(lanes, src + i), 0);
+        _mm256_mask_storeu_epi16(dst + 2 * i, lanes, h);
+    }
+}
 
 void add_scaled_f32(const float * a, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows, float * y, int64_t n) {
     add_scaled<f32_elems>(a, rows, row_stride_bytes, n_rows, y, n);

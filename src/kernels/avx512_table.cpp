@@ -15,7 +15,8 @@ type_kernels * find(type_kernels * entries, size_t n, tensor_type t) {
 }  // namespace
 
 // Weight products (vec_dot and mul_tile) of the quantized types, the activation
-// encoders, and add_scaled of F32 and F16. The products of F32, F16 and BF16 stay on
+// encoders (and F16's weight encoder, a plain conversion), and add_scaled of F32 and
+// F16. The products of F32, F16 and BF16 stay on
 // AVX2 (see avx512_float.cpp), as do the conversions off the hot paths.
 void install_kernels(type_kernels * entries, size_t n) {
     struct product {
@@ -56,7 +57,12 @@ void install_kernels(type_kernels * entries, size_t n) {
         if (type_kernels * k = find(entries, n, e.type)) k->from_float_activation = e.from_float_activation;
     }
     if (type_kernels * k = find(entries, n, tensor_type::f32)) k->add_scaled = add_scaled_f32;
-    if (type_kernels * k = find(entries, n, tensor_type::f16)) k->add_scaled = add_scaled_f16;
+    if (type_kernels * k = find(entries, n, tensor_type::f16)) {
+        k->add_scaled = add_scaled_f16;
+        // Also quantize_row's: the KV cache stores keys and values through it, per token.
+        k->from_float = from_float_f16;
+        k->from_float_activation = from_float_f16;
+    }
 }
 
 }  // namespace skippy::kernels::avx512

@@ -372,6 +372,11 @@ TEST_P(path_only, ActivationEncodersWriteTheScalarBytes) {
                 scalar_of(at).from_float_activation(x.data(), reference.data(), n);
                 path_of(GetParam(), at).from_float_activation(x.data(), fast.data(), n);
                 ASSERT_EQ(reference, fast) << tensor_type_name(at) << " n " << n;
+                if (at == tensor_type::f16) {  // F16's weight encoder too (the KV cache writes through it)
+                    std::vector<uint8_t> weights(row_bytes(at, n), 0xee);
+                    path_of(GetParam(), at).from_float(x.data(), weights.data(), n);
+                    ASSERT_EQ(reference, weights) << "F16 from_float, n " << n;
+                }
             }
         }
     }
@@ -467,8 +472,8 @@ TEST(kernels_avx2, ScalarTableHasNoTilesAndAvx2TableAcceleratesEveryWeightType) 
 }
 
 // The AVX-512 table replaces the products (vec_dot and mul_tile) of every quantized
-// weight type, the activation encoders of Q8_0, Q8_K and Q8_1, and add_scaled of F32
-// and F16; the products of F32, F16 and BF16 keep the AVX2 kernels.
+// weight type, the activation encoders of Q8_0, Q8_K, Q8_1 and F16, and add_scaled of
+// F32 and F16; the products of F32, F16 and BF16 keep the AVX2 kernels.
 TEST(kernels_avx512, Avx512TableReplacesTheQuantizedProductsAndEncoders) {
     SKIP_WITHOUT(implementation::avx512);
     const auto avx512_of = [](tensor_type t) -> const type_kernels & { return *kernel_table(implementation::avx512, t); };
@@ -480,9 +485,11 @@ TEST(kernels_avx512, Avx512TableReplacesTheQuantizedProductsAndEncoders) {
         EXPECT_NE(avx512_of(t).mul_tile, avx2_of(t).mul_tile) << tensor_type_name(t);
         EXPECT_NE(avx512_of(t).mul_tile, nullptr) << tensor_type_name(t);
     }
-    for (tensor_type t : {tensor_type::q8_0, tensor_type::q8_k, tensor_type::q8_1}) {
+    for (tensor_type t : {tensor_type::q8_0, tensor_type::q8_k, tensor_type::q8_1, tensor_type::f16}) {
         EXPECT_NE(avx512_of(t).from_float_activation, avx2_of(t).from_float_activation) << tensor_type_name(t);
     }
+    // F16's weight encoder is the same conversion (quantize_row, which the KV cache uses).
+    EXPECT_EQ(avx512_of(tensor_type::f16).from_float, avx512_of(tensor_type::f16).from_float_activation);
     for (tensor_type t : {tensor_type::f32, tensor_type::f16, tensor_type::bf16}) {
         EXPECT_EQ(avx512_of(t).vec_dot, avx2_of(t).vec_dot) << tensor_type_name(t);
         EXPECT_EQ(avx512_of(t).mul_tile, avx2_of(t).mul_tile) << tensor_type_name(t);

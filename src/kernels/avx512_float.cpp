@@ -66,7 +66,14 @@ void add_scaled(const float * a, const uint8_t * rows, size_t row_stride_bytes, 
 // F16C rounds to nearest even and keeps NaN payloads as base/fp16.h's f32_to_f16 does
 // (the AVX2 encoder's conversion, 16 values per instruction); masked tails.
 void from_float_f16(const float * src, uint8_t * dst, int64_t n) {
-    for (int64_t i = 0; i < n; i += 16) {
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m256i h0 = _mm512_cvtps_ph(_mm512_loadu_ps(src + i), 0);
+        const __m256i h1 = _mm512_cvtps_ph(_mm512_loadu_ps(src + i + 16), 0);
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + 2 * i), h0);
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(dst + 2 * i + 32), h1);
+    }
+    for (; i < n; i += 16) {
         const int64_t m = n - i < 16 ? n - i : 16;
         const __mmask16 lanes = static_cast<__mmask16>((1u << m) - 1u);
         const __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(lanes, src + i), 0);

@@ -538,7 +538,9 @@ TEST(kernels_paths, SelectionByNameRefusesUnknownNamesAndPathsTheCpuLacks) {
 TEST(kernels_paths, EachPathImpliesTheSlowerOnes) {
     bool slower_supported = true;
     for (implementation impl : k_all_implementations) {
-        if (cpu_supports(impl)) EXPECT_TRUE(slower_supported) << implementation_name(impl);
+        if (cpu_supports(impl)) {
+            EXPECT_TRUE(slower_supported) << implementation_name(impl);
+        }
         slower_supported = slower_supported && cpu_supports(impl);
     }
     std::printf("kernel paths this CPU runs:");

@@ -260,12 +260,21 @@ TEST_P(path_only, ExtremeCodesEqualTheScalarReferenceBitwise) {
         size_t                   block_bytes;
         std::vector<size_t>      f16_fields;
     };
+    // Q8_0, IQ4_NL, MXFP4, Q4_K, Q5_K and IQ4_XS: the AVX-512 kernels take their values
+    // as unsigned codes up to 255 (value + 128) and remove the offset through sums of
+    // the activation codes.
     const weight_case cases[] = {
         {tensor_type::q4_0, q4_0_block_bytes, {0}},
         {tensor_type::q5_0, q5_0_block_bytes, {q5_0_off_d}},
         {tensor_type::q2_k, q2_k_block_bytes, {q2_k_off_d, q2_k_off_dmin}},
         {tensor_type::q3_k, q3_k_block_bytes, {q3_k_off_d}},
         {tensor_type::q6_k, q6_k_block_bytes, {q6_k_off_d}},
+        {tensor_type::q8_0, q8_0_block_bytes, {0}},
+        {tensor_type::iq4_nl, iq4_nl_block_bytes, {iq4_nl_off_d}},
+        {tensor_type::mxfp4, mxfp4_block_bytes, {}},
+        {tensor_type::q4_k, q4_k_block_bytes, {q4_k_off_d, q4_k_off_dmin}},
+        {tensor_type::q5_k, q5_k_block_bytes, {q5_k_off_d, q5_k_off_dmin}},
+        {tensor_type::iq4_xs, iq4_xs_block_bytes, {iq4_xs_off_d}},
     };
     for (const weight_case & c : cases) {
         const type_kernels & fast = path_of(GetParam(), c.t);
@@ -285,17 +294,32 @@ TEST_P(path_only, ExtremeCodesEqualTheScalarReferenceBitwise) {
                     store_u16_le(w.data() + b * c.block_bytes + c.f16_fields[f], f32_to_f16(f == 0 ? 0.5f : 0.25f));
                 }
             }
-            for (int8_t code : {int8_t{127}, int8_t{-127}}) {
-                std::vector<uint8_t> x;
-                fill_extreme_activations(fast.vec_dot_type, n, code, x);
+            std::vector<uint8_t> xs[2];
+            fill_extreme_activations(fast.vec_dot_type, n, 127, xs[0]);
+            fill_extreme_activations(fast.vec_dot_type, n, -127, xs[1]);
+            for (const auto & x : xs) {
                 std::vector<float> y(n_rows, -1.0f);
                 fast.mul_tile(w.data(), w_row, n_rows, x.data(), x.size(), 1, n, y.data(), n_rows);
                 for (int64_t r = 0; r < n_rows; ++r) {
                     const float expected = reference.vec_dot(w.data() + r * w_row, x.data(), n);
                     ASSERT_TRUE(same_bits(fast.vec_dot(w.data() + r * w_row, x.data(), n), expected))
-                        << testing::type_param_name(c.t) << " pattern " << pattern << " code " << int(code);
+                        << testing::type_param_name(c.t) << " pattern " << pattern << " code " << int(int8_t(x[x.size() - 1]));
                     ASSERT_TRUE(same_bits(y[r], expected)) << testing::type_param_name(c.t) << " pattern " << pattern
-                                                           << " code " << int(code) << " row " << r;
+                                                           << " row " << r;
+                }
+            }
+            // Prefill tiles (every token lane of a 16-token group and a pair of groups):
+            // 37 tokens, codes +127 and -127 alternating.
+            const int64_t n_tokens = 37;
+            const size_t x_row = xs[0].size();
+            std::vector<uint8_t> xt;
+            for (int64_t t = 0; t < n_tokens; ++t) xt.insert(xt.end(), xs[t % 2].begin(), xs[t % 2].end());
+            std::vector<float> y(static_cast<size_t>(n_rows * n_tokens), -1.0f);
+            fast.mul_tile(w.data(), w_row, n_rows, xt.data(), x_row, n_tokens, n, y.data(), n_rows);
+            for (int64_t t = 0; t < n_tokens; ++t) {
+                for (int64_t r = 0; r < n_rows; ++r) {
+                    ASSERT_TRUE(same_bits(y[t * n_rows + r], reference.vec_dot(w.data() + r * w_row, xs[t % 2].data(), n)))
+                        << testing::type_param_name(c.t) << " pattern " << pattern << " tile row " << r << " token " << t;
                 }
             }
         }
@@ -348,6 +372,11 @@ TEST_P(path_only, ActivationEncodersWriteTheScalarBytes) {
                 scalar_of(at).from_float_activation(x.data(), reference.data(), n);
                 path_of(GetParam(), at).from_float_activation(x.data(), fast.data(), n);
                 ASSERT_EQ(reference, fast) << tensor_type_name(at) << " n " << n;
+                if (at == tensor_type::f16) {  // F16's weight encoder too (the KV cache writes through it)
+                    std::vector<uint8_t> weights(row_bytes(at, n), 0xee);
+                    path_of(GetParam(), at).from_float(x.data(), weights.data(), n);
+                    ASSERT_EQ(reference, weights) << "F16 from_float, n " << n;
+                }
             }
         }
     }
@@ -442,6 +471,34 @@ TEST(kernels_avx2, ScalarTableHasNoTilesAndAvx2TableAcceleratesEveryWeightType) 
     }
 }
 
+// The AVX-512 table replaces the products (vec_dot and mul_tile) of every quantized
+// weight type, the activation encoders of Q8_0, Q8_K, Q8_1 and F16, and add_scaled of
+// F32 and F16; the products of F32, F16 and BF16 keep the AVX2 kernels.
+TEST(kernels_avx512, Avx512TableReplacesTheQuantizedProductsAndEncoders) {
+    SKIP_WITHOUT(implementation::avx512);
+    const auto avx512_of = [](tensor_type t) -> const type_kernels & { return *kernel_table(implementation::avx512, t); };
+    for (tensor_type t : {tensor_type::q8_0, tensor_type::q4_0, tensor_type::q5_0, tensor_type::q5_1, tensor_type::iq4_nl,
+                          tensor_type::mxfp4, tensor_type::q2_k, tensor_type::q3_k, tensor_type::q4_k, tensor_type::q5_k,
+                          tensor_type::q6_k, tensor_type::iq4_xs}) {
+        EXPECT_NE(avx512_of(t).vec_dot, avx2_of(t).vec_dot) << tensor_type_name(t);
+        EXPECT_NE(avx512_of(t).vec_dot, scalar_of(t).vec_dot) << tensor_type_name(t);
+        EXPECT_NE(avx512_of(t).mul_tile, avx2_of(t).mul_tile) << tensor_type_name(t);
+        EXPECT_NE(avx512_of(t).mul_tile, nullptr) << tensor_type_name(t);
+    }
+    for (tensor_type t : {tensor_type::q8_0, tensor_type::q8_k, tensor_type::q8_1, tensor_type::f16}) {
+        EXPECT_NE(avx512_of(t).from_float_activation, avx2_of(t).from_float_activation) << tensor_type_name(t);
+    }
+    // F16's weight encoder is the same conversion (quantize_row, which the KV cache uses).
+    EXPECT_EQ(avx512_of(tensor_type::f16).from_float, avx512_of(tensor_type::f16).from_float_activation);
+    for (tensor_type t : {tensor_type::f32, tensor_type::f16, tensor_type::bf16}) {
+        EXPECT_EQ(avx512_of(t).vec_dot, avx2_of(t).vec_dot) << tensor_type_name(t);
+        EXPECT_EQ(avx512_of(t).mul_tile, avx2_of(t).mul_tile) << tensor_type_name(t);
+    }
+    for (tensor_type t : {tensor_type::f32, tensor_type::f16}) {
+        EXPECT_NE(avx512_of(t).add_scaled, avx2_of(t).add_scaled) << tensor_type_name(t);
+    }
+}
+
 // Forcing a path by name: names round-trip, an unknown name and a path the CPU lacks are
 // refused with a message that says why, and the automatic choice is the fastest path
 // this CPU supports.
@@ -481,7 +538,9 @@ TEST(kernels_paths, SelectionByNameRefusesUnknownNamesAndPathsTheCpuLacks) {
 TEST(kernels_paths, EachPathImpliesTheSlowerOnes) {
     bool slower_supported = true;
     for (implementation impl : k_all_implementations) {
-        if (cpu_supports(impl)) EXPECT_TRUE(slower_supported) << implementation_name(impl);
+        if (cpu_supports(impl)) {
+            EXPECT_TRUE(slower_supported) << implementation_name(impl);
+        }
         slower_supported = slower_supported && cpu_supports(impl);
     }
     std::printf("kernel paths this CPU runs:");

@@ -1,0 +1,69 @@
+// IQ4_XS x Q8_K products with AVX-512 (avx512_superblock.h): values are the IQ4_NL
+// table's entries, taken as codes table + 128 (the -128 through the bsums); 6-bit
+// signed scales per 32 values.
+#include "kernels/avx512_kernels.h"
+#include "kernels/avx512_superblock.h"
+#include "kernels/quants_avx2.h"
+#include "kernels/value_tables.h"
+
+namespace skippy::kernels::avx512 {
+namespace {
+
+struct codes_table {
+    uint8_t v[16];
+};
+
+constexpr codes_table k_codes = [] {
+    codes_table t{};
+    for (int i = 0; i < 16; ++i) t.v[i] = static_cast<uint8_t>(k_iq4nl_values[i] + 128);
+    return t;
+}();
+
+struct iq4_xs_format {
+    static constexpr size_t block_bytes = iq4_xs_block_bytes;
+    static constexpr size_t off_d = iq4_xs_off_d;
+    static constexpr size_t off_dmin = 0;
+    static constexpr int n_sub = 8;
+    static constexpr bool has_min = false;
+    static constexpr int bias_shift = 7;
+    // Sub-block j is qs[16j .. 16j + 15]: values 32j + l (l < 16) the low nibbles, 32j +
+    // 16 + l the high nibbles.
+    static void codes(const uint8_t * wb, uint8_t * out) {
+        const __m512i table = _mm512_broadcast_i32x4(loadu_128(k_codes.v));
+        const __m512i low4 = _mm512_set1_epi8(0x0f);
+        #pragma GCC unroll 2
+        for (int i = 0; i < 2; ++i) {
+            const __m512i q = loadu_512(wb + iq4_xs_off_qs + 64 * i);  // sub-blocks 4i .. 4i + 3, 16 bytes each
+            const __m512i lo = _mm512_shuffle_epi8(table, _mm512_and_si512(q, low4));
+            const __m512i hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
+            // Per sub-block: its 16 low-nibble codes, then its 16 high-nibble codes.
+            _mm512_store_si512(out + 128 * i, _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), hi));
+            _mm512_store_si512(out + 128 * i + 64, _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15), hi));
+        }
+    }
+    // ls_j = (scales_l[j / 2] >> 4 (j % 2)) & 15 | ((scales_h >> 2j) & 3) << 4, scale
+    // ls_j - 32; bsums pair k covers sub-block k (32 values).
+    static void scales(const uint8_t * wb, int32_t * sc, uint32_t * pair) {
+        const uint32_t h = load_u16(wb + iq4_xs_off_scales_h);
+        const uint8_t * l = wb + iq4_xs_off_scales_l;
+        #pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+            sc[j] = static_cast<int32_t>(((l[j / 2] >> (4 * (j % 2))) & 0x0f) | ((h >> (2 * j)) & 3) << 4) - 32;
+            pair[j] = static_cast<uint32_t>(static_cast<uint16_t>(sc[j])) * 0x10001u;
+        }
+    }
+    static constexpr auto rest = avx2::mul_tile_iq4_xs_q8_k;
+};
+
+using kernel = superblock_kernel<iq4_xs_format>;
+
+}  // namespace
+
+float vec_dot_iq4_xs_q8_k(const uint8_t * w_row, const uint8_t * x_row, int64_t n) { return kernel::vec_dot(w_row, x_row, n); }
+
+void mul_tile_iq4_xs_q8_k(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
+                          int64_t n_tokens, int64_t n, float * y, int64_t y_stride) {
+    mul_tile_driver<kernel>(w, w_row_bytes, n_rows, xq, xq_row_bytes, n_tokens, n, y, y_stride);
+}
+
+}  // namespace skippy::kernels::avx512

@@ -1,0 +1,302 @@
+// Helpers shared by the AVX-512 kernels (internal to kernels; include only from the
+// avx512_*.cpp files, which are compiled with the AVX2 flags plus -mavx512f -mavx512bw
+// -mavx512vl -mavx512dq -mavx512vnni).
+//
+// The linkage rule of avx2_util.h holds here too: include nothing that defines inline
+// functions or templates used elsewhere, keep helpers in an unnamed namespace (the
+// kernels.NoSharedSymbolsIn_avx512_Objects test checks the objects).
+//
+// How the AVX-512 kernels reproduce the scalar reference bit for bit is avx2_util.h's
+// recipe with 16 lanes: integer (super-)block sums are exact in any order, then the
+// float part runs one output per lane, each lane doing the reference's operations in
+// its order, never fused.
+//
+// Prefill (a tile of many tokens) is where 512 bits pay: the "tokens16" micro-kernels
+// take one weight row and 16 tokens, one token per int32 lane, and form each block's
+// integer sum with VNNI's vpdpbusd (four u8 x s8 products added into an int32 lane)
+// without any horizontal reduction: the activations of the 16 tokens are rearranged
+// once per tile ("transposed": vector k holds dword k of the block of every token, one
+// token per lane), and dword k of the weight block, broadcast, multiplies all 16 tokens
+// at once. The rearranged activations are shared by every row of the tile, so their
+// cost is spread over hundreds of rows.
+//
+// vpdpbusd multiplies an unsigned byte by a signed byte; AVX-512 has no vpsignb. The
+// weights therefore go in as unsigned codes c with value = c - offset (Q4_0: nibbles,
+// offset 8; Q8_0: w + 128, offset 128), and the offset comes out through the exact
+// identity sum((c - o) * x) = sum(c * x) - o * sum(x), with sum(x) formed once per token
+// and block in the rearranged activations, not per row.
+#pragma once
+
+#if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__) || !defined(__AVX512F__) || !defined(__AVX512BW__) || \
+    !defined(__AVX512VL__) || !defined(__AVX512DQ__) || !defined(__AVX512VNNI__)
+#error "avx512_util.h is for translation units compiled with the AVX2 and AVX-512 F/BW/VL/DQ/VNNI flags"
+#endif
+
+// GCC 12's AVX-512 intrinsics start many results from _mm512_undefined_*() (a
+// self-initialised variable), which -Wmaybe-uninitialized reports wherever they are
+// inlined; the warning is about the header's idiom, not about our code.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace skippy::kernels::avx512 {
+namespace {
+
+// The tokens of a prefill group: one per int32 / f32 lane.
+constexpr int k_group = 16;
+
+// x86 is little-endian, so the GGUF fields can be read with plain loads.
+inline uint16_t load_u16(const uint8_t * p) {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return v;
+}
+
+inline uint32_t load_u32(const uint8_t * p) {
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+inline float load_f32(const uint8_t * p) {
+    float v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+inline __m512i loadu_512(const uint8_t * p) { return _mm512_loadu_si512(p); }
+inline __m256i loadu_256(const uint8_t * p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)); }
+inline __m128i loadu_128(const uint8_t * p) { return _mm_loadu_si128(reinterpret_cast<const __m128i *>(p)); }
+
+// Exact f16 -> f32 (F16C), for a scale field.
+inline float f16_at(const uint8_t * p) { return _cvtsh_ss(load_u16(p)); }
+
+// Dword k of each lane's block: base + offsets[lane] + at (offsets in bytes, from the
+// group's token rows). The 16 tokens of a group sit in one activation buffer.
+inline __m512i gather_dwords(__m512i offsets, const uint8_t * base) { return _mm512_i32gather_epi32(offsets, base, 1); }
+
+// The f16 at base + offsets[lane], for 16 lanes (the two bytes after it are read too and
+// dropped; every caller's field is followed by codes of the same block).
+inline __m512 gather_f16(__m512i offsets, const uint8_t * base) {
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(gather_dwords(offsets, base)));
+}
+
+inline __m512 gather_f32(__m512i offsets, const uint8_t * base) { return _mm512_i32gather_ps(offsets, base, 1); }
+
+// Sum of the 8 int32 lanes (exact).
+inline int32_t hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+// [sum of v[0]'s lanes, ..., sum of v[15]'s lanes] (exact integer adds; the pairing
+// order is free). 15 adds and 30 in-lane or lane shuffles.
+inline __m512i reduce16(const __m512i v[16]) {
+    __m512i s[8], t[4], u[2];
+    #pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+        // Per 128-bit lane: [a0 + a2, b0 + b2, a1 + a3, b1 + b3].
+        s[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+    }
+    #pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+        // Per 128-bit lane: that lane's sums of v[4i], v[4i + 1], v[4i + 2], v[4i + 3].
+        t[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(s[2 * i], s[2 * i + 1]), _mm512_unpackhi_epi64(s[2 * i], s[2 * i + 1]));
+    }
+    // The 128-bit lanes: (a0 + a1, a2 + a3, b0 + b1, b2 + b3), then once more.
+    #pragma GCC unroll 2
+    for (int j = 0; j < 2; ++j) {
+        u[j] = _mm512_add_epi32(_mm512_shuffle_i32x4(t[2 * j], t[2 * j + 1], 0x88), _mm512_shuffle_i32x4(t[2 * j], t[2 * j + 1], 0xdd));
+    }
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(u[0], u[1], 0x88), _mm512_shuffle_i32x4(u[0], u[1], 0xdd));
+}
+
+// Nearest integer, ties to even, as rounding.h's round_nearest_even computes it (the
+// same bits for every input, NaN and infinities included).
+inline __m512i round_nearest_even(__m512 v) {
+    const __m512 shifted = _mm512_add_ps(v, _mm512_set1_ps(12582912.0f));
+    const __m512i bits = _mm512_and_si512(_mm512_castps_si512(shifted), _mm512_set1_epi32(0x007fffff));
+    return _mm512_sub_epi32(bits, _mm512_set1_epi32(0x00400000));
+}
+
+inline __m512i clamp_i32(__m512i v, int32_t lo, int32_t hi) {
+    return _mm512_min_epi32(_mm512_max_epi32(v, _mm512_set1_epi32(lo)), _mm512_set1_epi32(hi));
+}
+
+// Largest |x| over n floats (n % 16 == 0), skipping NaNs as the scalar "if (|x| > amax)"
+// does: max_ps returns its second operand when either is NaN, and the running maximum
+// never holds one, so the final reduction's order does not matter.
+inline float abs_max(const float * x, int64_t n) {
+    __m512 m = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + i)), m);
+    return _mm512_reduce_max_ps(m);
+}
+
+// Byte offsets of a group's token rows from the first (16 lanes; a group of m < 16
+// tokens repeats its last token, whose extra lanes are computed and dropped).
+inline __m512i token_offsets(size_t xq_row_bytes, int64_t m) {
+    const __m512i lane = _mm512_min_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                          _mm512_set1_epi32(static_cast<int32_t>(m - 1)));
+    return _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int32_t>(xq_row_bytes)));
+}
+
+// Drives a quantized type's prefill micro-kernel over a tile of rows x tokens, as the
+// mul_tile contract asks (y[t * y_stride + r] = vec_dot(row r, token t)).
+//
+// K provides:
+//   block_elems, chunk_blocks
+//   struct token_group: the activations of 16 tokens for blocks [b0, b1), rearranged
+//     by prepare(group, x0, offsets, b0, b1) (x0: the first token's row, offsets: each
+//     lane's token row from it, token_offsets)
+//   tokens<R, G>(w_rows[R], groups[G], b0, b1, acc[R][G]): continues acc[r][g] (lane =
+//     token of group g) over blocks [b0, b1) of weight row r
+//   rest: the AVX2 tile, for the tokens left after the groups (decode is one token)
+//
+// Tokens go in pairs of groups (32 tokens: every unpacked weight block and broadcast
+// weight dword serves both), then single groups of 16, a last one of at least
+// k_min_tokens padded; fewer tokens go to K::rest. Blocks are taken in chunks so that
+// the rearranged activations stay in L1; the partial sums between chunks are kept in y
+// itself (a float stored and reloaded is unchanged).
+constexpr int64_t k_min_tokens = 4;
+
+// Weight rows per micro-kernel call, for one and two token groups.
+template <int G>
+constexpr int k_tile_rows = G == 1 ? 4 : 2;
+
+// 16 x 16 floats transposed in registers: v[i][j] <-> v[j][i]. Stage i swaps bit i of
+// the row index with bit i of the column index (pairs of rows 2^i apart).
+inline void transpose16(__m512 v[16]) {
+    #pragma GCC unroll 4
+    for (int bit = 0; bit < 4; ++bit) {
+        const int d = 1 << bit;
+        alignas(64) int32_t lo[16], hi[16];
+        for (int c = 0; c < 16; ++c) {
+            lo[c] = (c & d) == 0 ? c : 16 + c - d;
+            hi[c] = (c & d) == 0 ? c + d : 16 + c;
+        }
+        const __m512i idx_lo = _mm512_load_si512(lo), idx_hi = _mm512_load_si512(hi);
+        #pragma GCC unroll 16
+        for (int r = 0; r < 16; ++r) {
+            if ((r & d) != 0) continue;
+            const __m512 a = v[r], b = v[r + d];
+            v[r] = _mm512_permutex2var_ps(a, idx_lo, b);
+            v[r + d] = _mm512_permutex2var_ps(a, idx_hi, b);
+        }
+    }
+}
+
+// Where a group's outputs go: its number of tokens (lanes), and y of its first token.
+struct group_out {
+    int64_t m;
+    float * y;
+};
+
+// The partial sums of rows [r, r + nr) of a group (lane = token) from y, or zeros.
+inline void load_partials(const group_out & out, int64_t y_stride, int64_t r, int64_t nr, __m512 v[16]) {
+    const __mmask16 rows = static_cast<__mmask16>((1u << nr) - 1u);
+    #pragma GCC unroll 16
+    for (int t = 0; t < 16; ++t) v[t] = t < out.m ? _mm512_maskz_loadu_ps(rows, out.y + t * y_stride + r) : _mm512_setzero_ps();
+    transpose16(v);
+}
+
+inline void store_partials(const group_out & out, int64_t y_stride, int64_t r, int64_t nr, __m512 v[16]) {
+    const __mmask16 rows = static_cast<__mmask16>((1u << nr) - 1u);
+    transpose16(v);
+    #pragma GCC unroll 16
+    for (int t = 0; t < 16; ++t) {
+        if (t < out.m) _mm512_mask_storeu_ps(out.y + t * y_stride + r, rows, v[t]);
+    }
+}
+
+// Tokens [t, t + 16 G) (the last group possibly short: m_last tokens) x all rows, in
+// blocks of 16 rows: each block's partial sums come from y and go back to it through a
+// 16 x 16 transpose (one contiguous store per token and block).
+template <typename K, int G>
+void run_groups(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes, int64_t t,
+                int64_t m_last, int64_t nb, float * y, int64_t y_stride) {
+    const uint8_t * x0[G];
+    __m512i offsets[G];
+    group_out out[G];
+    #pragma GCC unroll 2
+    for (int g = 0; g < G; ++g) {
+        const int64_t m = g == G - 1 ? m_last : k_group;
+        const int64_t t0 = t + g * k_group;
+        x0[g] = xq + static_cast<size_t>(t0) * xq_row_bytes;
+        offsets[g] = token_offsets(xq_row_bytes, m);
+        out[g] = {m, y + t0 * y_stride};
+    }
+    constexpr int R = k_tile_rows<G>;
+    for (int64_t b0 = 0; b0 < nb; b0 += K::chunk_blocks) {
+        const int64_t b1 = b0 + K::chunk_blocks < nb ? b0 + K::chunk_blocks : nb;
+        alignas(64) typename K::token_group groups[G];
+        const typename K::token_group * gp[G];
+        #pragma GCC unroll 2
+        for (int g = 0; g < G; ++g) {
+            K::prepare(groups[g], x0[g], offsets[g], b0, b1);
+            gp[g] = &groups[g];
+        }
+        for (int64_t r0 = 0; r0 < n_rows; r0 += 16) {
+            const int64_t nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
+            __m512 acc[16][G];
+            for (int g = 0; g < G; ++g) {
+                __m512 v[16];
+                if (b0 == 0) {
+                    for (int i = 0; i < 16; ++i) v[i] = _mm512_setzero_ps();
+                } else {
+                    load_partials(out[g], y_stride, r0, nr, v);
+                }
+                for (int i = 0; i < 16; ++i) acc[i][g] = v[i];
+            }
+            int64_t r = 0;
+            for (; r + R <= nr; r += R) {
+                const uint8_t * rows[R];
+                for (int i = 0; i < R; ++i) rows[i] = w + static_cast<size_t>(r0 + r + i) * w_row_bytes;
+                K::template tokens<R, G>(rows, gp, b0, b1, acc + r);
+            }
+            for (; r < nr; ++r) {
+                const uint8_t * rows[1] = {w + static_cast<size_t>(r0 + r) * w_row_bytes};
+                K::template tokens<1, G>(rows, gp, b0, b1, acc + r);
+            }
+            for (int g = 0; g < G; ++g) {
+                __m512 v[16];
+                for (int i = 0; i < 16; ++i) v[i] = acc[i][g];
+                store_partials(out[g], y_stride, r0, nr, v);
+            }
+        }
+    }
+}
+
+template <typename K>
+void mul_tile_driver(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
+                     int64_t n_tokens, int64_t n, float * y, int64_t y_stride) {
+    const int64_t nb = n / K::block_elems;
+    int64_t t = 0;
+    if (n_rows > 0) {
+        for (; n_tokens - t >= 2 * k_group; t += 2 * k_group) {
+            run_groups<K, 2>(w, w_row_bytes, n_rows, xq, xq_row_bytes, t, k_group, nb, y, y_stride);
+        }
+        for (; n_tokens - t >= k_min_tokens; t += k_group) {
+            const int64_t m = n_tokens - t < k_group ? n_tokens - t : k_group;
+            run_groups<K, 1>(w, w_row_bytes, n_rows, xq, xq_row_bytes, t, m, nb, y, y_stride);
+        }
+    }
+    if (t < n_tokens) {
+        K::rest(w, w_row_bytes, n_rows, xq + static_cast<size_t>(t) * xq_row_bytes, xq_row_bytes, n_tokens - t, n,
+                y + t * y_stride, y_stride);
+    }
+}
+
+}  // namespace
+}  // namespace skippy::kernels::avx512

@@ -12,6 +12,9 @@ void install_kernels(type_kernels * entries, size_t n) {
         switch (k.type) {
             case tensor_type::q8_0: install_q8_0(k); break;
             case tensor_type::q4_0: install_q4_0(k); break;
+            case tensor_type::q4_k: install_q4_k(k); break;
+            case tensor_type::q5_k: install_q5_k(k); break;
+            case tensor_type::q6_k: install_q6_k(k); break;
             default: break;
         }
     }

@@ -60,14 +60,64 @@ void prepare_weights(const uint8_t * w, size_t w_row_bytes, int64_t nb, uint8_t 
     }
 }
 
-// The float step of one block for 16 tokens: acc[t] (16 weight rows) += sumi * (d_w * d_x).
-inline void block_epilogue(const uint8_t * c, const float * dw, const float * dx, __m512 acc[16]) {
+// A pass covers 32 weight rows (two B tiles) x 32 tokens (two A tiles): four
+// independent tdpbssd per block keep the tile unit busy while the vector units run the
+// previous block's float step from the stored C tiles. Accumulators (32 tokens x 32
+// rows) live in a scratch: acc[((i * 16 + t) * 2 + j) * 16 + lane], token tile i, row
+// tile j.
+struct pass {
+    const uint8_t * a[2];   // A rows of the two token tiles (codes of block 0)
+    size_t          a_stride;
+    const uint8_t * bt[2];  // B tiles of the two row tiles
+    const float *   dw[2];
+    const float *   dx[2];  // d_x per block, 16 tokens side by side
+    bool            second_tokens, second_rows;
+};
+
+inline void issue_block(const pass & p, int64_t b) {
+    _tile_loadd(0, p.a[0] + b * xbb, p.a_stride);
+    _tile_loadd(1, p.a[1] + b * xbb, p.a_stride);
+    _tile_loadd(2, p.bt[0] + b * b_tile_bytes, 64);
+    _tile_loadd(3, p.bt[1] + b * b_tile_bytes, 64);
+    _tile_zero(4);
+    _tile_zero(5);
+    _tile_zero(6);
+    _tile_zero(7);
+    _tile_dpbssd(4, 0, 2);
+    _tile_dpbssd(5, 0, 3);
+    _tile_dpbssd(6, 1, 2);
+    _tile_dpbssd(7, 1, 3);
+}
+
+// The float step of one block for 16 tokens x 16 rows: acc += sumi * (d_w * d_x).
+inline void block_epilogue(const uint8_t * c, const float * dw, const float * dx, float * acc) {
     const __m512 dwv = _mm512_load_ps(dw);
     #pragma GCC unroll 16
     for (int t = 0; t < 16; ++t) {
+        float * ap = acc + t * 32;
         const __m512 d = _mm512_mul_ps(dwv, _mm512_set1_ps(dx[t]));
         const __m512 s = _mm512_cvtepi32_ps(_mm512_load_si512(c + 64 * t));
-        acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(s, d));
+        _mm512_store_ps(ap, _mm512_add_ps(_mm512_load_ps(ap), _mm512_mul_ps(s, d)));
+    }
+}
+
+void run_pass(const pass & p, int64_t nb, uint8_t * cbuf, float * acc) {
+    std::memset(acc, 0, 32 * 32 * sizeof(float));
+    issue_block(p, 0);
+    for (int64_t b = 0; b < nb; ++b) {
+        uint8_t * c = cbuf + (b & 1) * 4096;
+        _tile_stored(4, c, 64);
+        _tile_stored(5, c + 1024, 64);
+        _tile_stored(6, c + 2048, 64);
+        _tile_stored(7, c + 3072, 64);
+        if (b + 1 < nb) issue_block(p, b + 1);
+        for (int i = 0; i < 2; ++i) {
+            if (i == 1 && !p.second_tokens) break;
+            for (int j = 0; j < 2; ++j) {
+                if (j == 1 && !p.second_rows) break;
+                block_epilogue(c + (2 * i + j) * 1024, p.dw[j] + 16 * b, p.dx[i] + 16 * b, acc + (i * 16 * 2 + j) * 16);
+            }
+        }
     }
 }
 
@@ -85,18 +135,19 @@ void mul_tile_block32(mul_tile_fn prev, const uint8_t * w, size_t w_row_bytes, i
     const int64_t n_tail = n_tokens % k_tile;
 
     carver layout;
-    const size_t at_bt = layout.take(static_cast<size_t>(nb2) * b_tile_bytes);
-    const size_t at_dw = layout.take(static_cast<size_t>(nb) * 16 * sizeof(float));
+    const size_t at_bt = layout.take(2 * static_cast<size_t>(nb2) * b_tile_bytes);
+    const size_t at_dw = layout.take(2 * static_cast<size_t>(nb) * 16 * sizeof(float));
     const size_t at_dx = layout.take(static_cast<size_t>(n_token_tiles * nb) * 16 * sizeof(float));
     const size_t at_tail = layout.take(n_tail > 0 ? k_tile * xq_row_bytes : 0);
-    const size_t at_c = layout.take(2 * 1024);
+    const size_t at_c = layout.take(2 * 4096);
+    const size_t at_acc = layout.take(32 * 32 * sizeof(float));
     uint8_t * base = t_scratch.get(layout.offset);
     uint8_t * bt = base + at_bt;
     float * dw = reinterpret_cast<float *>(base + at_dw);
     float * dx = reinterpret_cast<float *>(base + at_dx);
     uint8_t * tail = base + at_tail;
-    uint8_t * c0 = base + at_c;
-    uint8_t * c1 = c0 + 1024;
+    uint8_t * cbuf = base + at_c;
+    float * acc = reinterpret_cast<float *>(base + at_acc);
 
     // Activation scales per token tile and block, 16 tokens side by side; the last tile's
     // missing tokens are zero codes (their outputs are not stored).
@@ -114,55 +165,49 @@ void mul_tile_block32(mul_tile_fn prev, const uint8_t * w, size_t w_row_bytes, i
         std::memset(tail, 0, k_tile * xq_row_bytes);
         std::memcpy(tail, xq + static_cast<size_t>(n_tokens - n_tail) * xq_row_bytes, static_cast<size_t>(n_tail) * xq_row_bytes);
     }
+    const auto token_tile = [&](int64_t tt) {
+        const bool partial = tt == n_token_tiles - 1 && n_tail > 0;
+        return (partial ? tail : xq + static_cast<size_t>(tt * k_tile) * xq_row_bytes) + 2;
+    };
 
     tile_config cfg;
-    set_tile(cfg, 0, 16, 32);  // A, even blocks
-    set_tile(cfg, 1, 8, 64);   // B
-    set_tile(cfg, 2, 16, 64);  // C
-    set_tile(cfg, 3, 16, 32);  // A, odd blocks
-    set_tile(cfg, 4, 8, 64);
-    set_tile(cfg, 5, 16, 64);
+    set_tile(cfg, 0, 16, 32);  // A, token tiles 0 and 1
+    set_tile(cfg, 1, 16, 32);
+    set_tile(cfg, 2, 8, 64);   // B, row tiles 0 and 1
+    set_tile(cfg, 3, 8, 64);
+    for (int i = 4; i < 8; ++i) set_tile(cfg, i, 16, 64);  // C (token tile, row tile): 4 (0, 0), 5 (0, 1), 6 (1, 0), 7 (1, 1)
     _tile_loadconfig(&cfg);
 
-    for (int64_t rt = 0; rt < n_row_tiles; ++rt) {
-        const int64_t r0 = rt * k_tile;
-        prepare_weights<W>(w + static_cast<size_t>(r0) * w_row_bytes, w_row_bytes, nb, bt, dw);
-        for (int64_t tt = 0; tt < n_token_tiles; ++tt) {
-            const int64_t t0 = tt * k_tile;
-            const bool partial = tt == n_token_tiles - 1 && n_tail > 0;
-            const uint8_t * a = (partial ? tail : xq + static_cast<size_t>(t0) * xq_row_bytes) + 2;
-            const float * dxt = dx + tt * nb * 16;
-            __m512 acc[16];
-            #pragma GCC unroll 16
-            for (int t = 0; t < 16; ++t) acc[t] = _mm512_setzero_ps();
-            int64_t b = 0;
-            for (; b + 2 <= nb; b += 2) {
-                _tile_loadd(0, a + b * xbb, xq_row_bytes);
-                _tile_loadd(1, bt + b * b_tile_bytes, 64);
-                _tile_zero(2);
-                _tile_dpbssd(2, 0, 1);
-                _tile_loadd(3, a + (b + 1) * xbb, xq_row_bytes);
-                _tile_loadd(4, bt + (b + 1) * b_tile_bytes, 64);
-                _tile_zero(5);
-                _tile_dpbssd(5, 3, 4);
-                _tile_stored(2, c0, 64);
-                block_epilogue(c0, dw + 16 * b, dxt + 16 * b, acc);
-                _tile_stored(5, c1, 64);
-                block_epilogue(c1, dw + 16 * (b + 1), dxt + 16 * (b + 1), acc);
-            }
-            if (b < nb) {
-                _tile_loadd(0, a + b * xbb, xq_row_bytes);
-                _tile_loadd(1, bt + b * b_tile_bytes, 64);
-                _tile_zero(2);
-                _tile_dpbssd(2, 0, 1);
-                _tile_stored(2, c0, 64);
-                block_epilogue(c0, dw + 16 * b, dxt + 16 * b, acc);
-            }
-            const int64_t n_valid = partial ? n_tail : k_tile;
-            float * yt = y + t0 * y_stride + r0;
-            #pragma GCC unroll 16
-            for (int t = 0; t < 16; ++t) {
-                if (t < n_valid) _mm512_storeu_ps(yt + t * y_stride, acc[t]);
+    for (int64_t rt = 0; rt < n_row_tiles; rt += 2) {
+        const bool second_rows = rt + 1 < n_row_tiles;
+        uint8_t * bt1 = bt + static_cast<size_t>(nb2) * b_tile_bytes;
+        float * dw1 = dw + nb * 16;
+        prepare_weights<W>(w + static_cast<size_t>(rt * k_tile) * w_row_bytes, w_row_bytes, nb, bt, dw);
+        if (second_rows) prepare_weights<W>(w + static_cast<size_t>((rt + 1) * k_tile) * w_row_bytes, w_row_bytes, nb, bt1, dw1);
+        for (int64_t tt = 0; tt < n_token_tiles; tt += 2) {
+            const bool second_tokens = tt + 1 < n_token_tiles;
+            pass p;
+            p.a[0] = token_tile(tt);
+            p.a[1] = second_tokens ? token_tile(tt + 1) : p.a[0];
+            p.a_stride = xq_row_bytes;
+            p.bt[0] = bt;
+            p.bt[1] = second_rows ? bt1 : bt;
+            p.dw[0] = dw;
+            p.dw[1] = dw1;
+            p.dx[0] = dx + tt * nb * 16;
+            p.dx[1] = dx + (second_tokens ? tt + 1 : tt) * nb * 16;
+            p.second_tokens = second_tokens;
+            p.second_rows = second_rows;
+            run_pass(p, nb, cbuf, acc);
+            for (int i = 0; i < (second_tokens ? 2 : 1); ++i) {
+                const int64_t t0 = (tt + i) * k_tile;
+                const int64_t n_valid = n_tokens - t0 < k_tile ? n_tokens - t0 : k_tile;
+                for (int j = 0; j < (second_rows ? 2 : 1); ++j) {
+                    float * yt = y + t0 * y_stride + (rt + j) * k_tile;
+                    for (int64_t t = 0; t < n_valid; ++t) {
+                        _mm512_storeu_ps(yt + t * y_stride, _mm512_load_ps(acc + ((i * 16 + t) * 2 + j) * 16));
+                    }
+                }
             }
         }
     }

@@ -176,15 +176,10 @@ void mul_tile_k4(mul_tile_fn prev, const uint8_t * w, size_t w_row_bytes, int64_
                 }
                 const uint8_t * xb = xq + static_cast<size_t>(tok) * xq_row_bytes + static_cast<size_t>(sb) * xbb;
                 d[t] = load_f32(xb + q8_k_off_d);
-                int32_t s32[8];
-                for (int j = 0; j < 8; ++j) {
-                    s32[j] = static_cast<int16_t>(load_u16(xb + q8_k_off_bsums + 4 * j)) +
-                             static_cast<int16_t>(load_u16(xb + q8_k_off_bsums + 4 * j + 2));
-                }
-                for (int p = 0; p < 4; ++p) {
-                    s[4 * t + p] = static_cast<int32_t>((static_cast<uint32_t>(s32[2 * p]) & 0xffffu) |
-                                                        (static_cast<uint32_t>(s32[2 * p + 1]) << 16));
-                }
+                // bsum32_j = bsums[2j] + bsums[2j + 1] (|.| <= 32 * 128: int16), in order.
+                const __m256i b16 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xb + q8_k_off_bsums));
+                const __m256i s32 = _mm256_madd_epi16(b16, _mm256_set1_epi16(1));
+                _mm_store_si128(reinterpret_cast<__m128i *>(s + 4 * t), _mm256_cvtepi32_epi16(s32));
             }
         }
     }

@@ -53,10 +53,11 @@ void prepare_weights(const uint8_t * w, size_t w_row_bytes, int64_t nb, uint8_t 
         #pragma GCC unroll 16
         for (int j = 0; j < 16; ++j) _mm512_store_si512(out + 64 * j, r[j]);
     }
+    const __m512i offs = row_offsets(w_row_bytes);
     for (int64_t b = 0; b < nb; ++b) {
-        for (int n = 0; n < 16; ++n) {
-            dw[16 * b + n] = _cvtsh_ss(load_u16(w + static_cast<size_t>(n) * w_row_bytes + static_cast<size_t>(b) * W::block_bytes));
-        }
+        // The u32 at the block's start: d, then the first value bytes (inside the block).
+        const __m512i u = gather_rows(w + static_cast<size_t>(b) * W::block_bytes, offs);
+        _mm512_store_ps(dw + 16 * b, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(u)));
     }
 }
 
@@ -151,14 +152,14 @@ void mul_tile_block32(mul_tile_fn prev, const uint8_t * w, size_t w_row_bytes, i
 
     // Activation scales per token tile and block, 16 tokens side by side; the last tile's
     // missing tokens are zero codes (their outputs are not stored).
+    const __m512i x_offs = row_offsets(xq_row_bytes);
     for (int64_t tt = 0; tt < n_token_tiles; ++tt) {
+        const int64_t n_valid = n_tokens - tt * k_tile < k_tile ? n_tokens - tt * k_tile : k_tile;
+        const __mmask16 valid = static_cast<__mmask16>((1u << n_valid) - 1);
+        const uint8_t * x0 = xq + static_cast<size_t>(tt * k_tile) * xq_row_bytes;
         for (int64_t b = 0; b < nb; ++b) {
-            float * d = dx + (tt * nb + b) * 16;
-            for (int64_t t = 0; t < 16; ++t) {
-                const int64_t tok = tt * k_tile + t;
-                d[t] = tok < n_tokens ? _cvtsh_ss(load_u16(xq + static_cast<size_t>(tok) * xq_row_bytes + static_cast<size_t>(b) * xbb))
-                                      : 0.0f;
-            }
+            const __m512i u = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, x_offs, x0 + static_cast<size_t>(b) * xbb, 1);
+            _mm512_store_ps(dx + (tt * nb + b) * 16, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(u)));
         }
     }
     if (n_tail > 0) {

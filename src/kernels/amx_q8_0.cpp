@@ -102,22 +102,67 @@ inline void block_epilogue(const uint8_t * c, const float * dw, const float * dx
     }
 }
 
+// One token tile x one row tile, accumulators in registers. Block b's products go to
+// C tile 4 + b % 2 (A 0 + b % 2, B 2 + b % 2); C is stored one block after its product
+// was issued and read back one block later still, so the tile unit, the C stores and
+// the float step of three consecutive blocks overlap.
+// (GCC's tile intrinsics paste the tile number into the instruction's text: literals only.)
+inline void issue_even(const uint8_t * a, size_t a_stride, const uint8_t * bt, int64_t b) {
+    _tile_loadd(0, a + b * xbb, a_stride);
+    _tile_loadd(2, bt + b * b_tile_bytes, 64);
+    _tile_zero(4);
+    _tile_dpbssd(4, 0, 2);
+}
+
+inline void issue_odd(const uint8_t * a, size_t a_stride, const uint8_t * bt, int64_t b) {
+    _tile_loadd(1, a + b * xbb, a_stride);
+    _tile_loadd(3, bt + b * b_tile_bytes, 64);
+    _tile_zero(5);
+    _tile_dpbssd(5, 1, 3);
+}
+
+inline void epilogue_regs(const uint8_t * c, const float * dw, const float * dx, __m512 acc[16]) {
+    const __m512 dwv = _mm512_load_ps(dw);
+    #pragma GCC unroll 16
+    for (int t = 0; t < 16; ++t) {
+        const __m512 d = _mm512_mul_ps(dwv, _mm512_set1_ps(dx[t]));
+        const __m512 s = _mm512_cvtepi32_ps(_mm512_load_si512(c + 64 * t));
+        acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(s, d));
+    }
+}
+
+void run_subtile(const uint8_t * a, size_t a_stride, const uint8_t * bt, const float * dw, const float * dx, int64_t nb,
+                 uint8_t * cbuf, float * out) {
+    __m512 acc[16];
+    #pragma GCC unroll 16
+    for (int t = 0; t < 16; ++t) acc[t] = _mm512_setzero_ps();
+    uint8_t * c0 = cbuf;
+    uint8_t * c1 = cbuf + 1024;
+    issue_even(a, a_stride, bt, 0);
+    // Iteration b: issue b + 1, store b, float step of b - 1.
+    for (int64_t b = 0; b < nb; b += 2) {
+        if (b + 1 < nb) issue_odd(a, a_stride, bt, b + 1);
+        _tile_stored(4, c0, 64);
+        if (b > 0) epilogue_regs(c1, dw + 16 * (b - 1), dx + 16 * (b - 1), acc);
+        if (b + 1 >= nb) {
+            epilogue_regs(c0, dw + 16 * b, dx + 16 * b, acc);
+            break;
+        }
+        if (b + 2 < nb) issue_even(a, a_stride, bt, b + 2);
+        _tile_stored(5, c1, 64);
+        epilogue_regs(c0, dw + 16 * b, dx + 16 * b, acc);
+        if (b + 2 >= nb) epilogue_regs(c1, dw + 16 * (b + 1), dx + 16 * (b + 1), acc);
+    }
+    #pragma GCC unroll 16
+    for (int t = 0; t < 16; ++t) _mm512_store_ps(out + 32 * t, acc[t]);
+}
+
 void run_pass(const pass & p, int64_t nb, uint8_t * cbuf, float * acc) {
-    std::memset(acc, 0, 32 * 32 * sizeof(float));
-    issue_block(p, 0);
-    for (int64_t b = 0; b < nb; ++b) {
-        uint8_t * c = cbuf + (b & 1) * 4096;
-        _tile_stored(4, c, 64);
-        _tile_stored(5, c + 1024, 64);
-        _tile_stored(6, c + 2048, 64);
-        _tile_stored(7, c + 3072, 64);
-        if (b + 1 < nb) issue_block(p, b + 1);
-        for (int i = 0; i < 2; ++i) {
-            if (i == 1 && !p.second_tokens) break;
-            for (int j = 0; j < 2; ++j) {
-                if (j == 1 && !p.second_rows) break;
-                block_epilogue(c + (2 * i + j) * 1024, p.dw[j] + 16 * b, p.dx[i] + 16 * b, acc + (i * 16 * 2 + j) * 16);
-            }
+    for (int i = 0; i < 2; ++i) {
+        if (i == 1 && !p.second_tokens) break;
+        for (int j = 0; j < 2; ++j) {
+            if (j == 1 && !p.second_rows) break;
+            run_subtile(p.a[i], p.a_stride, p.bt[j], p.dw[j], p.dx[i], nb, cbuf, acc + (i * 16 * 2 + j) * 16);
         }
     }
 }

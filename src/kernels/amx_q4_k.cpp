@@ -21,7 +21,6 @@ struct q4_k_format {
     static constexpr size_t block_bytes = q4_k_block_bytes;
     static constexpr size_t off_qs = q4_k_off_qs;
     static constexpr bool has_qh = false;
-    static constexpr size_t off_qh = 0;
 };
 
 struct q5_k_format {

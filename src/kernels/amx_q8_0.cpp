@@ -61,11 +61,9 @@ void prepare_weights(const uint8_t * w, size_t w_row_bytes, int64_t nb, uint8_t 
     }
 }
 
-// A pass covers 32 weight rows (two B tiles) x 32 tokens (two A tiles): four
-// independent tdpbssd per block keep the tile unit busy while the vector units run the
-// previous block's float step from the stored C tiles. Accumulators (32 tokens x 32
-// rows) live in a scratch: acc[((i * 16 + t) * 2 + j) * 16 + lane], token tile i, row
-// tile j.
+// A pass covers 32 weight rows (two row tiles, their B tiles prepared once) x 32 tokens
+// (two token tiles), run as four 16 x 16 sub-tiles; their outputs go to a scratch,
+// acc[((i * 16 + t) * 2 + j) * 16 + lane] for token tile i and row tile j.
 struct pass {
     const uint8_t * a[2];   // A rows of the two token tiles (codes of block 0)
     size_t          a_stride;
@@ -74,33 +72,6 @@ struct pass {
     const float *   dx[2];  // d_x per block, 16 tokens side by side
     bool            second_tokens, second_rows;
 };
-
-inline void issue_block(const pass & p, int64_t b) {
-    _tile_loadd(0, p.a[0] + b * xbb, p.a_stride);
-    _tile_loadd(1, p.a[1] + b * xbb, p.a_stride);
-    _tile_loadd(2, p.bt[0] + b * b_tile_bytes, 64);
-    _tile_loadd(3, p.bt[1] + b * b_tile_bytes, 64);
-    _tile_zero(4);
-    _tile_zero(5);
-    _tile_zero(6);
-    _tile_zero(7);
-    _tile_dpbssd(4, 0, 2);
-    _tile_dpbssd(5, 0, 3);
-    _tile_dpbssd(6, 1, 2);
-    _tile_dpbssd(7, 1, 3);
-}
-
-// The float step of one block for 16 tokens x 16 rows: acc += sumi * (d_w * d_x).
-inline void block_epilogue(const uint8_t * c, const float * dw, const float * dx, float * acc) {
-    const __m512 dwv = _mm512_load_ps(dw);
-    #pragma GCC unroll 16
-    for (int t = 0; t < 16; ++t) {
-        float * ap = acc + t * 32;
-        const __m512 d = _mm512_mul_ps(dwv, _mm512_set1_ps(dx[t]));
-        const __m512 s = _mm512_cvtepi32_ps(_mm512_load_si512(c + 64 * t));
-        _mm512_store_ps(ap, _mm512_add_ps(_mm512_load_ps(ap), _mm512_mul_ps(s, d)));
-    }
-}
 
 // One token tile x one row tile, accumulators in registers. Block b's products go to
 // C tile 4 + b % 2 (A 0 + b % 2, B 2 + b % 2); C is stored one block after its product

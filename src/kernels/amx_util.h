@@ -19,13 +19,26 @@
 //   lane doing the reference's float operations in its order, never fused.
 #pragma once
 
-#if !defined(__AMX_TILE__) || !defined(__AMX_INT8__) || !defined(__AVX512BW__) || !defined(__AVX512VNNI__)
+// (GCC spells the AMX macros __AMX_TILE__ / __AMX_INT8__, clang __AMXTILE__ / __AMXINT8__.)
+#if !(defined(__AMX_TILE__) || defined(__AMXTILE__)) || !(defined(__AMX_INT8__) || defined(__AMXINT8__)) || \
+    !defined(__AVX512BW__) || !defined(__AVX512VNNI__)
 #error "amx_util.h is for translation units compiled with the AVX-512 and AMX flags"
 #endif
 
 #include "kernels/type_kernels.h"
 
+// GCC 12 warns, wrongly, that the undefined pass-through operand of some AVX-512
+// intrinsics (unpack, shuffle_i32x4, inserti64x4, cvtepi32_ps) is used uninitialized
+// once they are inlined here; the pragmas cover the header's lines.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 #include <cstddef>
 #include <cstdint>

@@ -1,6 +1,7 @@
 // The AMX tiles per weight type (internal to kernels): each installer keeps the entry's
-// previous mul_tile (the AVX-512 table's) for what the tiles do not take (fewer than 16
-// tokens, the last rows of a tile that are not a group of 16) and puts its own in place.
+// previous mul_tile (the AVX-512 table's) for what the tiles do not take (fewer than 8
+// tokens, see k_min_tokens in amx_util.h; the last rows of a tile that are not a group
+// of 16) and puts its own in place.
 // Declarations only, so amx_table.cpp and the kernel files share them.
 #pragma once
 

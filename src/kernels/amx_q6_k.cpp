@@ -93,7 +93,7 @@ void prepare_weights(const uint8_t * w, size_t w_row_bytes, int64_t nsb, uint8_t
 void mul_tile_q6_k(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
                    int64_t n_tokens, int64_t n, float * y, int64_t y_stride) {
     const int64_t n_row_tiles = n_rows / k_tile;
-    if (n_tokens < k_tile || n_row_tiles == 0) {
+    if (n_tokens < k_min_tokens || n_row_tiles == 0) {
         g_prev_q6_k(w, w_row_bytes, n_rows, xq, xq_row_bytes, n_tokens, n, y, y_stride);
         return;
     }

@@ -29,7 +29,8 @@ struct q4_0_format {
     }
 };
 
-// What the previous table entry did, for the shapes the tiles leave.
+// What the previous table entry did, for the shapes the tiles leave (fewer than
+// k_min_tokens tokens, rows beyond the last group of 16).
 mul_tile_fn g_prev_q8_0 = nullptr;
 mul_tile_fn g_prev_q4_0 = nullptr;
 
@@ -142,7 +143,7 @@ template <typename W>
 void mul_tile_block32(mul_tile_fn prev, const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq,
                       size_t xq_row_bytes, int64_t n_tokens, int64_t n, float * y, int64_t y_stride) {
     const int64_t n_row_tiles = n_rows / k_tile;
-    if (n_tokens < k_tile || n_row_tiles == 0) {
+    if (n_tokens < k_min_tokens || n_row_tiles == 0) {
         prev(w, w_row_bytes, n_rows, xq, xq_row_bytes, n_tokens, n, y, y_stride);
         return;
     }

@@ -1,6 +1,6 @@
 // The AMX entries of the kernel table (see quants_amx.h): the matrix-matrix products of
 // the types whose prefill the tiles speed up. Every other entry, and every product of
-// fewer than 16 tokens, stays the AVX-512 table's.
+// fewer than 8 tokens (decode), stays the AVX-512 table's.
 #include "kernels/amx_kernels.h"
 #include "kernels/quants_amx.h"
 

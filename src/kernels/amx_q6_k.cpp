@@ -107,15 +107,14 @@ void mul_tile_q6_k(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const 
     const size_t at_values = layout.take(16 * 256);
     const size_t at_dx = layout.take(static_cast<size_t>(n_token_tiles * nsb) * 16 * sizeof(float));
     const size_t at_tail = layout.take(n_tail > 0 ? k_tile * xq_row_bytes : 0);
-    const size_t at_c = layout.take(2 * 1024);
+    const size_t at_c = layout.take(4 * 1024);
     uint8_t * base = t_scratch.get(layout.offset);
     uint8_t * bt = base + at_bt;
     float * dw = reinterpret_cast<float *>(base + at_dw);
     uint8_t * values = base + at_values;
     float * dx = reinterpret_cast<float *>(base + at_dx);
     uint8_t * tail = base + at_tail;
-    uint8_t * c_lo = base + at_c;
-    uint8_t * c_hi = c_lo + 1024;
+    uint8_t * cbuf = base + at_c;
 
     for (int64_t tt = 0; tt < n_token_tiles; ++tt) {
         for (int64_t sb = 0; sb < nsb; ++sb) {
@@ -146,33 +145,42 @@ void mul_tile_q6_k(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const 
             __m512 acc[16];
             #pragma GCC unroll 16
             for (int t = 0; t < 16; ++t) acc[t] = _mm512_setzero_ps();
-            for (int64_t sb = 0; sb < nsb; ++sb) {
+            // The products of super-block sb for this token tile into C tiles 0 (lo) and 1 (hi).
+            const auto issue = [&](int64_t sb) {
                 const uint8_t * as = a + static_cast<size_t>(sb) * xbb;
-                const uint8_t * bs_tiles = bt + static_cast<size_t>(sb) * sb_tiles_bytes;
+                const uint8_t * bt_sb = bt + static_cast<size_t>(sb) * sb_tiles_bytes;
                 _tile_zero(0);
                 _tile_zero(1);
                 _tile_loadd(2, as, xq_row_bytes);
-                _tile_loadd(3, bs_tiles, 64);
-                _tile_loadd(4, bs_tiles + 1024, 64);
+                _tile_loadd(3, bt_sb, 64);
+                _tile_loadd(4, bt_sb + 1024, 64);
                 _tile_dpbsud(0, 2, 3);
                 _tile_dpbssd(1, 2, 4);
                 _tile_loadd(5, as + 64, xq_row_bytes);
-                _tile_loadd(6, bs_tiles + 2048, 64);
-                _tile_loadd(7, bs_tiles + 3072, 64);
+                _tile_loadd(6, bt_sb + 2048, 64);
+                _tile_loadd(7, bt_sb + 3072, 64);
                 _tile_dpbsud(0, 5, 6);
                 _tile_dpbssd(1, 5, 7);
                 _tile_loadd(2, as + 128, xq_row_bytes);
-                _tile_loadd(3, bs_tiles + 4096, 64);
-                _tile_loadd(4, bs_tiles + 5120, 64);
+                _tile_loadd(3, bt_sb + 4096, 64);
+                _tile_loadd(4, bt_sb + 5120, 64);
                 _tile_dpbsud(0, 2, 3);
                 _tile_dpbssd(1, 2, 4);
                 _tile_loadd(5, as + 192, xq_row_bytes);
-                _tile_loadd(6, bs_tiles + 6144, 64);
-                _tile_loadd(7, bs_tiles + 7168, 64);
+                _tile_loadd(6, bt_sb + 6144, 64);
+                _tile_loadd(7, bt_sb + 7168, 64);
                 _tile_dpbsud(0, 5, 6);
                 _tile_dpbssd(1, 5, 7);
+            };
+            // C of sb is stored before sb + 1's products are issued, and sb's float step
+            // runs beside them.
+            issue(0);
+            for (int64_t sb = 0; sb < nsb; ++sb) {
+                uint8_t * c_lo = cbuf + (sb & 1) * 2048;
+                uint8_t * c_hi = c_lo + 1024;
                 _tile_stored(0, c_lo, 64);
                 _tile_stored(1, c_hi, 64);
+                if (sb + 1 < nsb) issue(sb + 1);
 
                 const __m512 dwv = _mm512_load_ps(dw + 16 * sb);
                 const float * dxs = dx + (tt * nsb + sb) * 16;

@@ -206,9 +206,17 @@ TEST_P(amx_per_type, NonFiniteScalesGiveTheReferenceBits) {
     } else {
         store_u16_le(x.data() + 5 * x_row, inf16);
     }
+    // The reference does produce infinities and NaNs here.
+    const auto reference = [&](const std::vector<uint8_t> & ws, int64_t r, int64_t tok) {
+        return scalar_of(t).vec_dot(ws.data() + r * w_row, x.data() + tok * x_row, n);
+    };
+    ASSERT_TRUE(std::isinf(reference(w, 3, 0)) || std::isnan(reference(w, 3, 0)));
+    ASSERT_TRUE(std::isnan(reference(w, 17, 0)));
+    ASSERT_FALSE(std::isfinite(reference(w, 0, 5)));
     expect_tile_equals_reference(t, w.data(), w_row, n_rows, x.data(), x_row, n_tokens, n, "non-finite scales");
     // Every weight scale infinite, against zero and nonzero activation codes.
     auto w_inf = pattern_rows(t, n_rows, n, 2, inf16, inf16);
+    ASSERT_FALSE(std::isfinite(reference(w_inf, 1, 1)));
     expect_tile_equals_reference(t, w_inf.data(), w_row, n_rows, x.data(), x_row, n_tokens, n, "infinite weight scales");
 }
 

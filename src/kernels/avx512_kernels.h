@@ -17,6 +17,10 @@ void from_float_f16(const float * src, uint8_t * dst, int64_t n);
 void add_scaled_f32(const float * a, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows, float * y, int64_t n);
 void add_scaled_f16(const float * a, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows, float * y, int64_t n);
 
+// exp_shifted and swiglu of kernels.h (avx512_math.cpp).
+void exp_shifted(const float * x, float shift, float * y, int64_t n);
+void swiglu(const float * gate, const float * up, float * out, int64_t n);
+
 // Q8_0 (avx512_q8_0.cpp).
 void from_float_q8_0_activation(const float * src, uint8_t * dst, int64_t n);
 float vec_dot_q8_0_q8_0(const uint8_t * w_row, const uint8_t * x_row, int64_t n);

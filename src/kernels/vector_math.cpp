@@ -1,5 +1,5 @@
 // Element-wise kernels of the forward pass (softmax weights, SwiGLU): the scalar
-// reference and the dispatch to AVX2 (which the AVX-512 and AMX paths use too).
+// reference and the dispatch to AVX2 or AVX-512 (which the AMX path uses too).
 #include "kernels/kernels.h"
 
 #include "kernels/exp_approx.h"
@@ -11,6 +11,7 @@
 #include <cstring>
 
 #if SKIPPY_KERNELS_AVX2
+#include "kernels/avx512_kernels.h"
 #include "kernels/quants_avx2.h"
 #endif
 
@@ -64,14 +65,18 @@ void swiglu(const float * gate, const float * up, float * out, int64_t n) {
 
 void exp_shifted(const float * x, float shift, float * y, int64_t n) {
 #if SKIPPY_KERNELS_AVX2
-    if (active_impl() != implementation::scalar) return avx2::exp_shifted(x, shift, y, n);
+    const implementation impl = active_impl();
+    if (impl == implementation::avx512 || impl == implementation::amx) return avx512::exp_shifted(x, shift, y, n);
+    if (impl == implementation::avx2) return avx2::exp_shifted(x, shift, y, n);
 #endif
     scalar::exp_shifted(x, shift, y, n);
 }
 
 void swiglu(const float * gate, const float * up, float * out, int64_t n) {
 #if SKIPPY_KERNELS_AVX2
-    if (active_impl() != implementation::scalar) return avx2::swiglu(gate, up, out, n);
+    const implementation impl = active_impl();
+    if (impl == implementation::avx512 || impl == implementation::amx) return avx512::swiglu(gate, up, out, n);
+    if (impl == implementation::avx2) return avx2::swiglu(gate, up, out, n);
 #endif
     scalar::swiglu(gate, up, out, n);
 }

@@ -6,6 +6,7 @@
 // skipped with a message naming the missing feature.
 #include "kernel_test_util.h"
 
+#include "kernels/avx512_kernels.h"
 #include "kernels/blocks.h"
 #include "kernels/quants_avx2.h"
 #include "kernels/quants_scalar.h"
@@ -441,6 +442,26 @@ TEST(kernels_avx2, ExpAndSwigluEqualTheScalarReference) {
         scalar::swiglu(x.data(), up.data(), reference.data(), static_cast<int64_t>(n));
         avx2::swiglu(x.data(), up.data(), fast.data(), static_cast<int64_t>(n));
         ASSERT_EQ(std::memcmp(reference.data(), fast.data(), n * sizeof(float)), 0) << "swiglu, n " << n;
+    }
+}
+
+TEST(kernels_avx512, ExpAndSwigluEqualTheScalarReference) {
+    SKIP_WITHOUT(implementation::avx512);
+    const auto x = exp_inputs();
+    const auto up = random_row(static_cast<int64_t>(x.size()), 801);
+    for (size_t n : {x.size(), size_t(1), size_t(7), size_t(15), size_t(16), size_t(17), size_t(33)}) {
+        for (float shift : {0.0f, 3.5f, -2.0f}) {
+            std::vector<float> reference(n), fast(n + 1, -7.0f);
+            scalar::exp_shifted(x.data(), shift, reference.data(), static_cast<int64_t>(n));
+            avx512::exp_shifted(x.data(), shift, fast.data(), static_cast<int64_t>(n));
+            ASSERT_EQ(std::memcmp(reference.data(), fast.data(), n * sizeof(float)), 0) << "exp, n " << n;
+            ASSERT_EQ(fast[n], -7.0f) << "wrote past the end";
+        }
+        std::vector<float> reference(n), fast(n + 1, -7.0f);
+        scalar::swiglu(x.data(), up.data(), reference.data(), static_cast<int64_t>(n));
+        avx512::swiglu(x.data(), up.data(), fast.data(), static_cast<int64_t>(n));
+        ASSERT_EQ(std::memcmp(reference.data(), fast.data(), n * sizeof(float)), 0) << "swiglu, n " << n;
+        ASSERT_EQ(fast[n], -7.0f) << "wrote past the end";
     }
 }
 

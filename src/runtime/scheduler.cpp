@@ -117,35 +117,35 @@ std::vector<step_item> lane_scheduler::form_step(sched_clock::time_point & wait_
     std::sort(prefills.begin(), prefills.end(), by_order);
     if (decodes.empty() && prefills.empty()) return {};
 
+    // A lane that ran in the step that just ended hands in its next token within
+    // moments; so do the lanes of the ready head's previous step. Waiting a moment
+    // (`gather`) for them keeps a step whole: otherwise lanes that once fell into two
+    // steps (they finished their prompts at different times) stay split for good, each
+    // step reading all the weights for a part of the lanes.
+    const auto now = sched_clock::now();
+    auto awaited = [&](uint64_t step) {
+        return step != 0 && std::any_of(lanes_.begin(), lanes_.end(), [&](const lane_work & w) {
+                   return w.decoding && w.last_step == step && (w.kind == work_kind::none || w.done);
+               });
+    };
+    const uint64_t last = next_step_ - 1;
+    const auto last_deadline = last_step_end_ + options_.gather;
+    // With micro-batches the split is the point (stages work on different steps).
+    const bool wait_last = options_.micro_batches == 1 && now < last_deadline && awaited(last);
     if (!decodes.empty()) {
-        // The lanes of the first ready lane's previous step come back together: give
-        // them a moment, so that the step keeps its size.
         const lane_work & head = lanes_[decodes.front()];
-        const auto deadline = head.ready_at + options_.gather;
-        if (head.last_step != 0 && sched_clock::now() < deadline) {
-            const bool missing = std::any_of(lanes_.begin(), lanes_.end(), [&](const lane_work & w) {
-                return w.decoding && w.last_step == head.last_step && (w.kind == work_kind::none || w.done);
-            });
-            if (missing) {
-                wait_until = deadline;
-                return {};
-            }
+        const auto head_deadline = head.ready_at + options_.gather;
+        const bool wait_head = now < head_deadline && awaited(head.last_step);
+        if (wait_head || wait_last) {
+            wait_until = wait_head && wait_last ? std::max(head_deadline, last_deadline)
+                                                : (wait_head ? head_deadline : last_deadline);
+            return {};
         }
-    } else if (options_.micro_batches == 1 && next_step_ > 1) {
-        // Only prompts are ready, but lanes that decoded in the step that just ended
-        // are about to hand in their next token: a prompt chunk run now would make
-        // them wait a whole step (their inter-token latency would double).
-        const uint64_t last = next_step_ - 1;
-        const auto deadline = last_step_end_ + options_.gather;
-        if (sched_clock::now() < deadline) {
-            const bool coming = std::any_of(lanes_.begin(), lanes_.end(), [&](const lane_work & w) {
-                return w.decoding && w.last_step == last && (w.kind == work_kind::none || w.done);
-            });
-            if (coming) {
-                wait_until = deadline;
-                return {};
-            }
-        }
+    } else if (wait_last) {
+        // Only prompts are ready: a prompt chunk run now would make the lanes that just
+        // decoded wait a whole step (their inter-token latency would double).
+        wait_until = last_deadline;
+        return {};
     }
 
     std::vector<step_item> items;

@@ -96,6 +96,38 @@ TEST(lane_scheduler, LongPromptBesideDecodingLanesIsChunkedToTheTimeBudget) {
     EXPECT_LE(prompt_only, 3) << "prompt chunks wait for the lanes that just decoded";
 }
 
+// Six lanes start decoding, two more while the first step runs: the first steps are
+// split, but the groups merge (a step waits a moment for the lanes of the step that
+// just ended) instead of alternating between six and two lanes for good.
+TEST(lane_scheduler, DecodingLanesThatStartedApartShareOneStep) {
+    recording_step rec;
+    scheduler_options o;
+    o.gather = std::chrono::milliseconds(50);  // generous: the test machine may be loaded
+    constexpr int32_t n_lanes = 8;
+    constexpr int n_decodes = 30;
+    lane_scheduler sched(n_lanes, o, [&](std::span<step_item> items) { rec(items); });
+    auto decode_lane = [&](int32_t lane) {
+        for (int64_t pos = 0; pos < n_decodes; ++pos) ASSERT_TRUE(sched.decode(lane, pos, 1).is_ok());
+        sched.end(lane);
+    };
+    std::vector<std::thread> lanes;
+    for (int32_t lane = 0; lane < 6; ++lane) lanes.emplace_back(decode_lane, lane);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    for (int32_t lane = 6; lane < n_lanes; ++lane) lanes.emplace_back(decode_lane, lane);
+    for (auto & t : lanes) t.join();
+    sched.stop();
+
+    int total = 0, whole = 0;
+    const auto steps = rec.steps();
+    for (const step_record & r : steps) {
+        total += r.n_decodes;
+        if (r.n_decodes == n_lanes) ++whole;
+    }
+    EXPECT_EQ(total, n_lanes * n_decodes) << "every decode ran once";
+    // Split for good, no step would hold all eight; merged, nearly all do.
+    EXPECT_GE(whole, n_decodes - 5) << "steps: " << steps.size();
+}
+
 // With nobody decoding, a prompt takes its own chunk size, whatever the budget.
 TEST(lane_scheduler, LonePromptTakesItsFullChunks) {
     recording_step rec;

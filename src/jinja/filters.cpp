@@ -384,6 +384,9 @@ result<value> key_of(renderer & r, const attr_path & path, const value & item, b
 
 result<value> apply_filter(renderer & r, int id, const value & v, const call_args & a) {
     auto f = static_cast<filter_id>(id);
+    // Every filter of a string reads it at least once: charged by its length, so that
+    // many filter calls on long strings (macro output, say) cannot add up unbounded.
+    if (v.is_string()) SKIPPY_TRY(r.charge(1 + v.str().size() / 16));
     switch (f) {
         case filter_id::abs: {
             SKIPPY_TRY(bind("abs", {}, a).error());
@@ -509,6 +512,8 @@ result<value> apply_filter(renderer & r, int id, const value & v, const call_arg
             if (v.is_undefined()) return undefined_use(v);
             if (v.is_number()) return value::floating(v.as_float());
             double d;
+            // Parsing decodes, case-folds and strips the text: several passes per byte.
+            if (v.is_string()) SKIPPY_TRY(r.charge(v.str().size()));
             if (v.is_string() && parse_py_float(v.str(), d)) return value::floating(d);
             return dflt;
         }
@@ -524,6 +529,7 @@ result<value> apply_filter(renderer & r, int id, const value & v, const call_arg
                 return value::integer(static_cast<int64_t>(d));
             }
             if (v.is_string()) {
+                SKIPPY_TRY(r.charge(v.str().size()));  // as for float: several passes per byte
                 int64_t n;
                 if (parse_py_int(v.str(), static_cast<int>(base), n)) return value::integer(n);
                 double d;

@@ -127,6 +127,7 @@ value strings_list(std::vector<std::string> parts) {
 }
 
 result<value> str_method(renderer & r, method_id id, const std::string & s, const call_args & a, std::string_view name) {
+    SKIPPY_TRY(r.charge(1 + s.size() / 16));  // every string method reads the string
     std::vector<value> v;
     std::vector<bool> given;
     auto bind = [&](std::initializer_list<std::string_view> params) {

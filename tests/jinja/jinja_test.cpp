@@ -189,6 +189,27 @@ TEST(jinja, work_limit_stops_busy_templates) {
     EXPECT_NE(out.error().message().find("max_work"), std::string::npos);
 }
 
+// Found by the jinja fuzzer (a 10 s timeout under ASan): a macro whose body calls it
+// four times and runs |int on the growing output. Each call was one step, while |int
+// parsed the whole string (decode, case fold, strip) uncharged. Filters and string
+// methods now pay for the bytes they read.
+TEST(jinja, filters_on_long_strings_count_against_the_work_limit) {
+    render_options ro;
+    ro.lim.max_work = 1 << 20;
+    ro.lim.max_output_bytes = 1 << 16;
+    const std::string call = "{{ n * f(n - 1)|int }}" + std::string(64, '.');
+    const std::string source = "{% macro f(n) %}{% if n <= 1 %}1{% else %}" + call + call + call + call +
+                               "{% endif %}{% endmacro %}{{ f(9) }}";
+    auto out = render(source, ojson::object(), ro);
+    ASSERT_FALSE(out.is_ok());
+    EXPECT_NE(out.error().message().find("max_work"), std::string::npos) << out.error().message();
+    // The same for a string method on a long string, many times over.
+    auto method = render("{% set s = 'x' * 60000 %}{% for i in range(4000) %}{% set t = s.strip() %}{% endfor %}",
+                         ojson::object(), ro);
+    ASSERT_FALSE(method.is_ok());
+    EXPECT_NE(method.error().message().find("max_work"), std::string::npos) << method.error().message();
+}
+
 TEST(jinja, deep_nesting_fails_to_parse_instead_of_overflowing_the_stack) {
     for (const std::string & open : {std::string("("), std::string("["), std::string("not "), std::string("-"),
                                      std::string("{% if x %}")}) {

@@ -11,6 +11,8 @@
 #include "kernels/amx_util.h"
 #include "kernels/blocks.h"
 
+#include <type_traits>
+
 namespace skippy::kernels::amx {
 namespace {
 
@@ -57,11 +59,12 @@ inline void scaled_rows(__m512i q, __m512i s, uint8_t * lo_out, uint8_t * hi_out
 }
 
 template <typename W>
-void prepare_weights(const uint8_t * w, size_t w_row_bytes, int64_t nsb, uint8_t * bt, sb_scales * scales) {
+void prepare_weights(const uint8_t * w, const uint8_t * next, size_t w_row_bytes, int64_t nsb, uint8_t * bt, sb_scales * scales) {
     const __m512i offs = row_offsets(w_row_bytes);
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t * b0 = w + static_cast<size_t>(sb) * W::block_bytes;
+        prefetch_rows(next != nullptr ? next + static_cast<size_t>(sb) * W::block_bytes : nullptr, w_row_bytes, W::block_bytes);
         const __m512i ud = gather_rows(b0, offs);
         const __m512i u0 = gather_rows(b0 + 4, offs);
         const __m512i u1 = gather_rows(b0 + 8, offs);
@@ -135,7 +138,7 @@ template <typename W>
 void mul_tile_k4(mul_tile_fn prev, const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq,
                  size_t xq_row_bytes, int64_t n_tokens, int64_t n, float * y, int64_t y_stride) {
     const int64_t n_row_tiles = n_rows / k_tile;
-    if (n_tokens < k_min_tokens || n_row_tiles == 0) {
+    if (n_tokens < k_min_tokens_short_tiles || n_row_tiles == 0) {
         prev(w, w_row_bytes, n_rows, xq, xq_row_bytes, n_tokens, n, y, y_stride);
         return;
     }
@@ -186,13 +189,19 @@ void mul_tile_k4(mul_tile_fn prev, const uint8_t * w, size_t w_row_bytes, int64_
         std::memcpy(tail, xq + static_cast<size_t>(n_tokens - n_tail) * xq_row_bytes, static_cast<size_t>(n_tail) * xq_row_bytes);
     }
 
+    // One tile of at most 8 tokens (a batched decode step of a few lanes): A and C get 4
+    // or 8 rows, so the products and the float step do a quarter or half the work of a
+    // padded tile.
+    const int tile_tokens = n_tokens <= 4 ? 4 : (n_tokens <= 8 ? 8 : 16);
     tile_config cfg;
     for (int i = 0; i < 8; ++i) set_tile(cfg, i, 16, 64);  // 0, 1: C lo, hi; 2-4 and 5-7: A, B lo, B hi
+    for (int i : {0, 1, 2, 5}) set_tile(cfg, i, tile_tokens, 64);
     _tile_loadconfig(&cfg);
 
     for (int64_t rt = 0; rt < n_row_tiles; ++rt) {
         const int64_t r0 = rt * k_tile;
-        prepare_weights<W>(w + static_cast<size_t>(r0) * w_row_bytes, w_row_bytes, nsb, bt, scales);
+        const uint8_t * next = rt + 1 < n_row_tiles ? w + static_cast<size_t>(r0 + k_tile) * w_row_bytes : nullptr;
+        prepare_weights<W>(w + static_cast<size_t>(r0) * w_row_bytes, next, w_row_bytes, nsb, bt, scales);
         for (int64_t tt = 0; tt < n_token_tiles; ++tt) {
             const int64_t t0 = tt * k_tile;
             const bool partial = tt == n_token_tiles - 1 && n_tail > 0;
@@ -240,19 +249,29 @@ void mul_tile_k4(mul_tile_fn prev, const uint8_t * w, size_t w_row_bytes, int64_
                 const sb_scales & s = scales[sb];
                 const float * dxs = dx + (tt * nsb + sb) * 16;
                 const int32_t * bss = bs + (tt * nsb + sb) * 64;
-                #pragma GCC unroll 16
-                for (int t = 0; t < 16; ++t) {
-                    const __m512i isum = _mm512_add_epi32(_mm512_load_si512(c_lo + 64 * t),
-                                                          _mm512_slli_epi32(_mm512_load_si512(c_hi + 64 * t), 8));
-                    __m512i imin = _mm512_dpwssd_epi32(_mm512_setzero_si512(), s.m[0], _mm512_set1_epi32(bss[4 * t]));
-                    imin = _mm512_dpwssd_epi32(imin, s.m[1], _mm512_set1_epi32(bss[4 * t + 1]));
-                    imin = _mm512_dpwssd_epi32(imin, s.m[2], _mm512_set1_epi32(bss[4 * t + 2]));
-                    imin = _mm512_dpwssd_epi32(imin, s.m[3], _mm512_set1_epi32(bss[4 * t + 3]));
-                    const __m512 dxt = _mm512_set1_ps(dxs[t]);
-                    // Reference: (d_w * d_x) * isum - (dmin_w * d_x) * imin, then sum += .
-                    const __m512 t1 = _mm512_mul_ps(_mm512_mul_ps(s.d, dxt), _mm512_cvtepi32_ps(isum));
-                    const __m512 t2 = _mm512_mul_ps(_mm512_mul_ps(s.dmin, dxt), _mm512_cvtepi32_ps(imin));
-                    acc[t] = _mm512_add_ps(acc[t], _mm512_sub_ps(t1, t2));
+                const auto float_step = [&](auto n_tile_tokens) {
+                    constexpr int nt = decltype(n_tile_tokens)::value;
+                    #pragma GCC unroll 16
+                    for (int t = 0; t < nt; ++t) {
+                        const __m512i isum = _mm512_add_epi32(_mm512_load_si512(c_lo + 64 * t),
+                                                              _mm512_slli_epi32(_mm512_load_si512(c_hi + 64 * t), 8));
+                        __m512i imin = _mm512_dpwssd_epi32(_mm512_setzero_si512(), s.m[0], _mm512_set1_epi32(bss[4 * t]));
+                        imin = _mm512_dpwssd_epi32(imin, s.m[1], _mm512_set1_epi32(bss[4 * t + 1]));
+                        imin = _mm512_dpwssd_epi32(imin, s.m[2], _mm512_set1_epi32(bss[4 * t + 2]));
+                        imin = _mm512_dpwssd_epi32(imin, s.m[3], _mm512_set1_epi32(bss[4 * t + 3]));
+                        const __m512 dxt = _mm512_set1_ps(dxs[t]);
+                        // Reference: (d_w * d_x) * isum - (dmin_w * d_x) * imin, then sum += .
+                        const __m512 t1 = _mm512_mul_ps(_mm512_mul_ps(s.d, dxt), _mm512_cvtepi32_ps(isum));
+                        const __m512 t2 = _mm512_mul_ps(_mm512_mul_ps(s.dmin, dxt), _mm512_cvtepi32_ps(imin));
+                        acc[t] = _mm512_add_ps(acc[t], _mm512_sub_ps(t1, t2));
+                    }
+                };
+                if (tile_tokens == 4) {
+                    float_step(std::integral_constant<int, 4>{});
+                } else if (tile_tokens == 8) {
+                    float_step(std::integral_constant<int, 8>{});
+                } else {
+                    float_step(std::integral_constant<int, 16>{});
                 }
             }
             const int64_t n_valid = partial ? n_tail : k_tile;

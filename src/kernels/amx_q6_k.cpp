@@ -10,6 +10,8 @@
 #include "kernels/amx_util.h"
 #include "kernels/blocks.h"
 
+#include <type_traits>
+
 namespace skippy::kernels::amx {
 namespace {
 
@@ -46,10 +48,12 @@ inline void unpack_values(const uint8_t * wb, uint8_t * out) {
 
 // B tiles of all super-blocks of 16 rows (sb * 8 KB + chunk * 2 KB + {0: lo, 1 KB: hi})
 // and d_w per super-block (16 floats). values: scratch of 16 * 256 bytes.
-void prepare_weights(const uint8_t * w, size_t w_row_bytes, int64_t nsb, uint8_t * bt, float * dw, uint8_t * values) {
+void prepare_weights(const uint8_t * w, const uint8_t * next, size_t w_row_bytes, int64_t nsb, uint8_t * bt, float * dw,
+                     uint8_t * values) {
     const __m512i offs = row_offsets(w_row_bytes);
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t * b0 = w + static_cast<size_t>(sb) * wbb;
+        prefetch_rows(next != nullptr ? next + static_cast<size_t>(sb) * wbb : nullptr, w_row_bytes, wbb);
         // Scales: u[k] holds bytes 4k .. 4k + 3 of the 16 rows' scales; sc[j] is scale j
         // sign-extended, in both 16-bit words of each row's lane.
         __m512i sc[16];
@@ -131,13 +135,19 @@ void mul_tile_q6_k(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const 
         std::memcpy(tail, xq + static_cast<size_t>(n_tokens - n_tail) * xq_row_bytes, static_cast<size_t>(n_tail) * xq_row_bytes);
     }
 
+    // One tile of at most 8 tokens (a batched decode step of a few lanes): A and C get 4
+    // or 8 rows, so the products and the float step do a quarter or half the work of a
+    // padded tile.
+    const int tile_tokens = n_tokens <= 4 ? 4 : (n_tokens <= 8 ? 8 : 16);
     tile_config cfg;
     for (int i = 0; i < 8; ++i) set_tile(cfg, i, 16, 64);  // 0, 1: C lo, hi; 2-4 and 5-7: A, B lo, B hi
+    for (int i : {0, 1, 2, 5}) set_tile(cfg, i, tile_tokens, 64);
     _tile_loadconfig(&cfg);
 
     for (int64_t rt = 0; rt < n_row_tiles; ++rt) {
         const int64_t r0 = rt * k_tile;
-        prepare_weights(w + static_cast<size_t>(r0) * w_row_bytes, w_row_bytes, nsb, bt, dw, values);
+        const uint8_t * next = rt + 1 < n_row_tiles ? w + static_cast<size_t>(r0 + k_tile) * w_row_bytes : nullptr;
+        prepare_weights(w + static_cast<size_t>(r0) * w_row_bytes, next, w_row_bytes, nsb, bt, dw, values);
         for (int64_t tt = 0; tt < n_token_tiles; ++tt) {
             const int64_t t0 = tt * k_tile;
             const bool partial = tt == n_token_tiles - 1 && n_tail > 0;
@@ -184,13 +194,23 @@ void mul_tile_q6_k(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const 
 
                 const __m512 dwv = _mm512_load_ps(dw + 16 * sb);
                 const float * dxs = dx + (tt * nsb + sb) * 16;
-                #pragma GCC unroll 16
-                for (int t = 0; t < 16; ++t) {
-                    const __m512i isum = _mm512_add_epi32(_mm512_load_si512(c_lo + 64 * t),
-                                                          _mm512_slli_epi32(_mm512_load_si512(c_hi + 64 * t), 8));
-                    // Reference: sum += (d_w * d_x) * isum.
-                    const __m512 d = _mm512_mul_ps(dwv, _mm512_set1_ps(dxs[t]));
-                    acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(d, _mm512_cvtepi32_ps(isum)));
+                const auto float_step = [&](auto n_tile_tokens) {
+                    constexpr int nt = decltype(n_tile_tokens)::value;
+                    #pragma GCC unroll 16
+                    for (int t = 0; t < nt; ++t) {
+                        const __m512i isum = _mm512_add_epi32(_mm512_load_si512(c_lo + 64 * t),
+                                                              _mm512_slli_epi32(_mm512_load_si512(c_hi + 64 * t), 8));
+                        // Reference: sum += (d_w * d_x) * isum.
+                        const __m512 d = _mm512_mul_ps(dwv, _mm512_set1_ps(dxs[t]));
+                        acc[t] = _mm512_add_ps(acc[t], _mm512_mul_ps(d, _mm512_cvtepi32_ps(isum)));
+                    }
+                };
+                if (tile_tokens == 4) {
+                    float_step(std::integral_constant<int, 4>{});
+                } else if (tile_tokens == 8) {
+                    float_step(std::integral_constant<int, 8>{});
+                } else {
+                    float_step(std::integral_constant<int, 16>{});
                 }
             }
             const int64_t n_valid = partial ? n_tail : k_tile;

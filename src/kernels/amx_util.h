@@ -57,6 +57,14 @@ constexpr int64_t k_tile = 16;
 // tile's time on Q8_0 and Q4_K and 0.75-1.0x on Q6_K; the tile's cost is mostly
 // unpacking the weights, so below about 6 tokens AVX2 wins.
 constexpr int64_t k_min_tokens = 8;
+// The Q4_K, Q5_K and Q6_K tiles shorten a lone token tile of up to 4 or 8 tokens to
+// that many rows of A and C (a batched decode step of a few lanes). Measured
+// (skippy_kernels_bench, 1 thread, 2816x1024): Q4_K 8 tokens 0.28 ms padded, 0.20 short;
+// 4 tokens 0.22 ms short against 0.26 on AVX2's 4-token tile and 0.32 on the AVX-512
+// entry; Q5_K 4 tokens 0.255 against 0.266. So Q4_K and Q5_K take the tiles from 4
+// tokens. Q6_K unpacks more per weight (4 tokens: 0.33-0.44 ms short, 0.26 on AVX2) and
+// starts at k_min_tokens.
+constexpr int64_t k_min_tokens_short_tiles = 4;
 
 inline uint16_t load_u16(const uint8_t * p) {
     uint16_t v;
@@ -159,6 +167,19 @@ inline void split_products(__m512i we, __m512i wo, __m512i & lo, __m512i & hi) {
     lo = _mm512_ternarylogic_epi32(we, low_byte, _mm512_slli_epi16(wo, 8), 0xea);  // (we & 0xff) | (wo << 8)
     hi = _mm512_ternarylogic_epi32(wo, _mm512_set1_epi16(static_cast<int16_t>(0xff00)), _mm512_srli_epi16(we, 8),
                                    0xea);  // (wo & 0xff00) | (we >> 8)
+}
+
+// Prefetches block_bytes at `block` of each of 16 rows (null: nothing): while one group
+// of 16 rows is unpacked, the same block of the next group is fetched. Sixteen strided
+// row streams are more than the hardware prefetcher follows, and a tile of a few tokens
+// (a batched decode step) spends too little time per group to hide the misses.
+inline void prefetch_rows(const uint8_t * block, size_t w_row_bytes, size_t block_bytes) {
+    if (block == nullptr) return;
+    for (int n = 0; n < 16; ++n) {
+        const uint8_t * p = block + static_cast<size_t>(n) * w_row_bytes;
+        for (size_t i = 0; i < block_bytes; i += 64) _mm_prefetch(reinterpret_cast<const char *>(p + i), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char *>(p + block_bytes - 1), _MM_HINT_T0);
+    }
 }
 
 // Row offsets n * row_bytes of a 16-row group, for gathers.

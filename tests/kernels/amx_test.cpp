@@ -103,7 +103,8 @@ TEST_P(amx_per_type, LargeTilesEqualVecDotBitwise) {
         int64_t rows, tokens;
     };
     for (const shape s : {shape{64, 16}, shape{160, 100}, shape{64, 17}, shape{80, 31}, shape{71, 48}, shape{150, 33},
-                          shape{16, 64}, shape{33, 99}}) {
+                          shape{16, 64}, shape{33, 99}, shape{64, 8}, shape{40, 8}, shape{16, 8},
+                          shape{64, 4}, shape{33, 5}, shape{48, 7}}) {
         expect_tile_equals_reference(t, w.data() + 3, w_stride, s.rows, x.data(), x_stride, s.tokens, n,
                                      "random " + std::to_string(s.rows) + "x" + std::to_string(s.tokens));
     }
@@ -165,20 +166,23 @@ TEST_P(amx_per_type, ExtremeCodesEqualVecDotBitwise) {
     const tensor_type t = GetParam();
     const tensor_type at = scalar_of(t).vec_dot_type;
     const int64_t n = testing::block_elems_of(t) == 32 ? 8 * 32 : 3 * 256;
-    const int64_t n_rows = 48, n_tokens = 35;
+    const int64_t n_rows = 48;
     const size_t x_row = row_bytes(at, n);
-    for (int pattern = 0; pattern < 3; ++pattern) {
-        const auto w = pattern_rows(t, n_rows, n, pattern, f32_to_f16(0.5f), f32_to_f16(0.25f));
-        for (int8_t code : {int8_t{127}, int8_t{-127}}) {
-            std::vector<uint8_t> x(x_row * n_tokens);
-            for (int64_t i = 0; i < n_tokens; ++i) fill_activations(at, n, code, 0.75f, x.data() + i * x_row);
+    // 35 tokens: full and partial tiles; 8 and 4: the one short tile of a batched decode step.
+    for (const int64_t n_tokens : {int64_t{35}, int64_t{8}, int64_t{4}}) {
+        for (int pattern = 0; pattern < 3; ++pattern) {
+            const auto w = pattern_rows(t, n_rows, n, pattern, f32_to_f16(0.5f), f32_to_f16(0.25f));
+            for (int8_t code : {int8_t{127}, int8_t{-127}}) {
+                std::vector<uint8_t> x(x_row * n_tokens);
+                for (int64_t i = 0; i < n_tokens; ++i) fill_activations(at, n, code, 0.75f, x.data() + i * x_row);
+                expect_tile_equals_reference(t, w.data(), row_bytes(t, n), n_rows, x.data(), x_row, n_tokens, n,
+                                             "pattern " + std::to_string(pattern) + " code " + std::to_string(int(code)));
+            }
+            // Random codes in both directions, mixed signs per token.
+            const auto x = activation_rows(at, n_tokens, n, x_row, 40 + static_cast<uint64_t>(pattern));
             expect_tile_equals_reference(t, w.data(), row_bytes(t, n), n_rows, x.data(), x_row, n_tokens, n,
-                                         "pattern " + std::to_string(pattern) + " code " + std::to_string(int(code)));
+                                         "pattern " + std::to_string(pattern) + " random activations");
         }
-        // Random codes in both directions, mixed signs per token.
-        const auto x = activation_rows(at, n_tokens, n, x_row, 40 + static_cast<uint64_t>(pattern));
-        expect_tile_equals_reference(t, w.data(), row_bytes(t, n), n_rows, x.data(), x_row, n_tokens, n,
-                                     "pattern " + std::to_string(pattern) + " random activations");
     }
 }
 

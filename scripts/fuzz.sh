@@ -14,6 +14,9 @@
 #   SKIPPY_FUZZ_RUNS=N: instead of time, every fuzzer runs N executions (libFuzzer
 #   -runs=N; positional seconds are ignored), e.g. SKIPPY_FUZZ_RUNS=10000000 for the
 #   on-demand deep run (hours: the tokenizer fuzzer does a few hundred a second).
+#   SKIPPY_FUZZ_ONLY=a,b: run only the named fuzzers (protocol, jinja, gbnf, json_schema,
+#   http, gguf, handshake, tokenizer), e.g. to spread the deep run over several shells,
+#   one list each (a shell per core).
 #   SKIPPY_FUZZ_BUILD_DIR: an existing clang tree configured with -DSKIPPY_BUILD_FUZZERS=ON
 #   to build the fuzzers in (CI uses its ASan tree); default build-fuzz, configured here.
 #   SKIPPY_TEST_DATA: the shared data (default ../shared); its vocabularies feed the
@@ -38,6 +41,14 @@ grammar_seconds=${3:-20}
 http_seconds=${4:-20}
 other_seconds=${5:-20}
 runs=${SKIPPY_FUZZ_RUNS:-}
+only=${SKIPPY_FUZZ_ONLY:-}
+known_fuzzers=" protocol jinja gbnf json_schema http gguf handshake tokenizer "
+for name in ${only//,/ }; do
+  if [[ "$known_fuzzers" != *" $name "* ]]; then
+    echo "fuzz.sh: SKIPPY_FUZZ_ONLY names '$name'; the fuzzers are:$known_fuzzers" >&2
+    exit 2
+  fi
+done
 if [ -n "$runs" ] && ! [[ "$runs" =~ ^[1-9][0-9]*$ ]]; then
   echo "fuzz.sh: SKIPPY_FUZZ_RUNS must be a positive number of executions, not '$runs'" >&2
   exit 2
@@ -63,6 +74,7 @@ failed=0
 run_fuzzer() {
   local name=$1 binary=$2 secs=$3 corpus=$4
   shift 4
+  if [ -n "$only" ] && [[ ",$only," != *",$name,"* ]]; then return 0; fi
   local bound=(-max_total_time="$secs")
   if [ -n "$runs" ]; then bound=(-runs="$runs"); fi
   local rc=0

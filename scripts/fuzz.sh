@@ -14,6 +14,9 @@
 #   SKIPPY_FUZZ_RUNS=N: instead of time, every fuzzer runs N executions (libFuzzer
 #   -runs=N; positional seconds are ignored), e.g. SKIPPY_FUZZ_RUNS=10000000 for the
 #   on-demand deep run (hours: the tokenizer fuzzer does a few hundred a second).
+#   SKIPPY_FUZZ_TIMEOUT=S: libFuzzer's per-input timeout in seconds (default 10). It is
+#   wall-clock time: a deep run at low priority on a busy machine wants more (e.g. 60),
+#   or an input that takes 0.3 s of CPU is reported as a timeout when starved.
 #   SKIPPY_FUZZ_ONLY=a,b: run only the named fuzzers (protocol, jinja, gbnf, json_schema,
 #   http, gguf, handshake, tokenizer), e.g. to spread the deep run over several shells,
 #   one list each (a shell per core).
@@ -42,6 +45,11 @@ http_seconds=${4:-20}
 other_seconds=${5:-20}
 runs=${SKIPPY_FUZZ_RUNS:-}
 only=${SKIPPY_FUZZ_ONLY:-}
+unit_timeout=${SKIPPY_FUZZ_TIMEOUT:-10}
+if ! [[ "$unit_timeout" =~ ^[1-9][0-9]*$ ]]; then
+  echo "fuzz.sh: SKIPPY_FUZZ_TIMEOUT must be a positive number of seconds, not '$unit_timeout'" >&2
+  exit 2
+fi
 known_fuzzers=" protocol jinja gbnf json_schema http gguf handshake tokenizer "
 for name in ${only//,/ }; do
   if [[ "$known_fuzzers" != *" $name "* ]]; then
@@ -78,7 +86,7 @@ run_fuzzer() {
   local bound=(-max_total_time="$secs")
   if [ -n "$runs" ]; then bound=(-runs="$runs"); fi
   local rc=0
-  "$build_dir/fuzz/$binary" "${bound[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+  "$build_dir/fuzz/$binary" "${bound[@]}" -timeout="$unit_timeout" -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$build_dir/" "$@" "$corpus" 2>&1 | tee "$logs/$name.log" >&2 || rc=$?
   local execs rate result
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$logs/$name.log" | tail -1)

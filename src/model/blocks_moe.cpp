@@ -1,8 +1,10 @@
 // The mixture-of-experts feed-forward network (blocks.h, moe_ffn) and its metadata and
 // tensors.
 #include "model/blocks.h"
+#include "model/router_probe.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -40,12 +42,12 @@ void softmax(float * v, int64_t n) {
     for (int64_t i = 0; i < n; ++i) v[i] *= inv;
 }
 
-// Row t's experts (ranks 0..k-1) and their weights from its router logits.
-void route_row(const moe_params & m, float * logits, const float * bias, int32_t * experts, float * weights) {
+std::atomic<router_probe_i *> g_router_probe{nullptr};
+
+// Row t's experts (ranks 0..k-1) and their weights from its router logits (the bias
+// already added).
+void route_row(const moe_params & m, float * logits, int32_t * experts, float * weights) {
     const int32_t n = m.n_expert, k = m.n_expert_used;
-    if (bias) {
-        for (int32_t e = 0; e < n; ++e) logits[e] += bias[e];
-    }
     if (m.gating == expert_gating::softmax) {
         softmax(logits, n);
         top_k(logits, n, k, experts);
@@ -74,6 +76,8 @@ T * grow(std::vector<T> & v, size_t n) {
 
 }  // namespace
 
+void set_router_probe(router_probe_i * probe) { g_router_probe.store(probe, std::memory_order_release); }
+
 void moe_ffn(const layer_pass & p, const layer_weights & lw, expert_activation act, const float * in, float * out) {
     const moe_params & m = p.hp.moe;
     const moe_weights & mw = lw.moe;
@@ -88,7 +92,15 @@ void moe_ffn(const layer_pass & p, const layer_weights & lw, expert_activation a
     float * weights = grow(ws.moe_weights, n_slots);
     kernels::matmul(mw.router, in, n, logits, p.pool);
     for_rows(p.pool, n, [&](int64_t t0, int64_t t1) {
-        for (int64_t t = t0; t < t1; ++t) route_row(m, logits + t * n_expert, mw.router_bias, experts + t * k, weights + t * k);
+        router_probe_i * probe = g_router_probe.load(std::memory_order_acquire);
+        for (int64_t t = t0; t < t1; ++t) {
+            float * row_logits = logits + t * n_expert;
+            if (mw.router_bias) {
+                for (int32_t e = 0; e < n_expert; ++e) row_logits[e] += mw.router_bias[e];
+            }
+            if (probe) probe->on_route(p.il, t, row_logits, n_expert, k);
+            route_row(m, row_logits, experts + t * k, weights + t * k);
+        }
     });
 
     // Slots grouped by expert: expert e's rows are slots [first[e], first[e + 1]), in

@@ -1,4 +1,5 @@
-// Parity with the reference outputs in ../shared/golden (llama.cpp, f16 KV).
+// Parity with the reference outputs in ../shared/golden (llama.cpp, f16 KV). Mixtures
+// of experts, whose router near-ties need their own rule, are in moe_golden_test.cpp.
 #include "common/test_data.h"
 #include "model_fixture.h"
 #include "runtime/pipeline.h"
@@ -58,13 +59,6 @@ TEST_P(golden_logits, MatchTheReferenceWithinTolerance) {
         const auto & ref = c["top_logits"];
         double worst = 0;
         int flips = 0;
-        // Mixtures of experts: a router whose k-th and next expert are nearly tied (on
-        // synth-qwen3moe-Q4_K_M case 3, position 67: a probability gap of 3e-4 in the
-        // last layer) may pick the other expert under llama.cpp's slightly different
-        // arithmetic, moving that one position's logits by about 0.4. One such
-        // position per case is allowed; every other must be within tolerance.
-        const bool moe = name.find("moe") != std::string::npos;
-        double worst_moe_outlier = 0;
         for (size_t pos = 0; pos < ref.size() && pos < seq.size(); ++pos) {
             const float * row = logits.data() + pos * static_cast<size_t>(n_vocab);
             const auto & top = ref[pos]["top"];
@@ -73,17 +67,12 @@ TEST_P(golden_logits, MatchTheReferenceWithinTolerance) {
                 const int32_t t = top[k][0];
                 worst_here = std::max(worst_here, std::abs(static_cast<double>(row[t]) - top[k][1].get<double>()));
             }
-            if (moe && worst_here > tol.max_abs_delta && worst_moe_outlier == 0) {
-                worst_moe_outlier = worst_here;
-                continue;
-            }
             worst = std::max(worst, worst_here);
             const double margin = top[0][1].get<double>() - top[1][1].get<double>();
             const int32_t argmax = static_cast<int32_t>(std::max_element(row, row + n_vocab) - row);
             if (margin > tol.min_margin && argmax != top[0][0].get<int32_t>()) ++flips;
         }
         EXPECT_LE(worst, tol.max_abs_delta) << name << " case " << ci;
-        EXPECT_LT(worst_moe_outlier, 1.0) << name << " case " << ci << ": one expert flipped moves a position less";
         EXPECT_EQ(flips, 0) << name << " case " << ci;
     }
 }
@@ -97,8 +86,7 @@ INSTANTIATE_TEST_SUITE_P(shared, golden_logits,
                                            "synth-llama-Q2_K", "synth-llama-IQ4_NL", "synth-llama-IQ4_XS",
                                            "synth-llama3-f32", "synth-llama3-Q4_K_M", "synth-qwen3-f32",
                                            "synth-qwen3-Q4_K_M", "synth-gemma3-f32", "synth-gemma3-Q4_K_M",
-                                           "synth-phi3-f32", "synth-phi3-Q4_K_M", "synth-qwen3moe-f32",
-                                           "synth-qwen3moe-Q4_K_M", "synth-qwen35-f32"),
+                                           "synth-phi3-f32", "synth-phi3-Q4_K_M", "synth-qwen35-f32"),
                          [](const auto & param_info) {
                              std::string s = param_info.param;
                              for (char & ch : s) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';

@@ -38,7 +38,7 @@ constexpr std::array<mix_row, 16> k_mixes = {{
 constexpr uint32_t ftype_q2_k = 10, ftype_q3_k_m = 12, ftype_q4_k_m = 15, ftype_q5_k_m = 17, ftype_iq4_nl = 25,
                    ftype_iq4_xs = 30, ftype_mxfp4_moe = 38;
 
-enum class category { token_embd, output, attn_v, attn_output, ffn_down, other };
+enum class category { token_embd, output, attn_v, attn_k, attn_output, ffn_down, other };
 
 bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
 
@@ -49,6 +49,7 @@ category category_of(std::string_view name) {
     if (contains(name, "attn_qkv.weight") || contains(name, "attn_kv_b.weight") || contains(name, "attn_v.weight")) {
         return category::attn_v;
     }
+    if (contains(name, "attn_k.weight")) return category::attn_k;
     if (contains(name, "attn_output.weight")) return category::attn_output;
     if (contains(name, "ffn_down")) return category::ffn_down;
     return category::other;
@@ -72,8 +73,14 @@ tensor_type llama_rule(const quant_mix & mix, const weight_slot & s) {
         return base == tensor_type::q8_0 ? base : tensor_type::q6_k;
     }
     const int32_t il = s.il, n = s.n_layer;
+    // llama-quantize gives the attention of 8-expert models (Mixtral's shape, and
+    // Qwen3-MoE's or gpt-oss's synthetic ones) more bits: it is small beside the experts.
+    const bool eight_experts = s.n_expert == 8;
     switch (c) {
+        case category::attn_k:
+            return eight_experts ? tensor_type::q8_0 : base;
         case category::attn_v:
+            if (eight_experts) return tensor_type::q8_0;
             if (ft == ftype_q2_k) return s.n_gqa >= 4 ? tensor_type::q4_k : tensor_type::q3_k;
             if (ft == ftype_q3_k_m) return il < 2 ? tensor_type::q5_k : tensor_type::q4_k;
             if ((ft == ftype_iq4_nl || ft == ftype_iq4_xs) && s.n_gqa >= 4) return tensor_type::q5_k;
@@ -86,6 +93,11 @@ tensor_type llama_rule(const quant_mix & mix, const weight_slot & s) {
             if ((ft == ftype_iq4_nl || ft == ftype_iq4_xs) && il < n / 8) return tensor_type::q5_k;
             return base;
         case category::attn_output:
+            if (eight_experts) {
+                const bool more = ft == ftype_q2_k || ft == ftype_q3_k_m || ft == ftype_iq4_nl || ft == ftype_q4_k_m ||
+                                  ft == ftype_iq4_xs;
+                return more ? tensor_type::q5_k : base;
+            }
             if (ft == ftype_q2_k) return tensor_type::q3_k;
             if (ft == ftype_q3_k_m) return tensor_type::q4_k;
             return base;

@@ -37,6 +37,7 @@ struct weight_slot {
     int64_t          n_cols = 0;  // row length (ne[0])
     int32_t          n_gqa = 1;   // n_head / n_head_kv (Q2_K and IQ4 give attn_v more bits from 4)
     bool             tied_output = false;  // token_embd.weight is also the output head (no output.weight)
+    int32_t          n_expert = 0;  // experts per layer of a mixture of experts (0: dense); 8 gets Q8_0 attn_k/v
 };
 
 // The type of that tensor in the mix. PROMISES: n_cols is a multiple of the returned

@@ -248,7 +248,7 @@ result<gguf::writer> build_synthetic_model(const synthetic_model_options & o) {
     const float amp_ff = std::sqrt(3.0f / static_cast<float>(o.n_ff));
     // One random matrix of the type the mix gives that tensor.
     auto add_matrix = [&](const std::string & name, int32_t il, int64_t n_cols, int64_t n_rows, float amplitude) -> status {
-        const tensor_type t = type_for_weight(mix, weight_slot{name, il, o.n_layer, n_cols, o.n_head / o.n_head_kv});
+        const tensor_type t = type_for_weight(mix, weight_slot{name, il, o.n_layer, n_cols, o.n_head / o.n_head_kv, false, moe ? o.n_expert : 0});
         const int64_t block_elems = get_tensor_type_traits(static_cast<uint32_t>(t))->block_elems;
         if (n_cols % block_elems != 0) {
             return bad("--n-embd and --n-ff must be multiples of " + std::to_string(block_elems) + " for type " + o.type +
@@ -259,7 +259,7 @@ result<gguf::writer> build_synthetic_model(const synthetic_model_options & o) {
     };
     // The experts of a layer as one 3-D tensor [n_cols, n_rows, n_expert].
     auto add_experts = [&](const std::string & name, int32_t il, int64_t n_cols, int64_t n_rows, float amplitude) -> status {
-        const tensor_type t = type_for_weight(mix, weight_slot{name, il, o.n_layer, n_cols, o.n_head / o.n_head_kv});
+        const tensor_type t = type_for_weight(mix, weight_slot{name, il, o.n_layer, n_cols, o.n_head / o.n_head_kv, false, o.n_expert});
         if (n_cols % get_tensor_type_traits(static_cast<uint32_t>(t))->block_elems != 0) {
             return bad("--n-embd and --n-ff do not suit type " + o.type + " (tensor " + name + ")");
         }

@@ -136,18 +136,15 @@ struct offset_block32_kernel {
     }
 
     // [sum of p[0]'s lanes, ..., sum of p[7]'s lanes] for eight maddubs results of
-    // codes < 32: a lane is at most 2 * 31 * 127 = 7874 in magnitude, so sums of four
-    // stay within int16 and the first two levels of the tree can add 16-bit lanes
-    // (hadd_epi16 wraps, it does not saturate) before one madd widens them: 11
-    // operations for eight outputs instead of eight madds and reduce8's nine.
+    // codes < 32 (pairs within 2 * 31 * 128): widened to int32 pairs by madd, then
+    // reduce8.
     static __m256i reduce8_pair_sums(const __m256i p[8]) {
         static_assert(W::offset <= 16, "codes are below 2 * offset <= 32");
-        const __m256i a = _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3]));
-        const __m256i b = _mm256_hadd_epi16(_mm256_hadd_epi16(p[4], p[5]), _mm256_hadd_epi16(p[6], p[7]));
         const __m256i ones = _mm256_set1_epi16(1);
-        const __m256i a32 = _mm256_madd_epi16(a, ones);  // [p0..p3 low-lane sums | p0..p3 high-lane sums]
-        const __m256i b32 = _mm256_madd_epi16(b, ones);
-        return _mm256_add_epi32(_mm256_permute2x128_si256(a32, b32, 0x20), _mm256_permute2x128_si256(a32, b32, 0x31));
+        __m256i v[8];
+        #pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) v[i] = _mm256_madd_epi16(p[i], ones);
+        return reduce8(v);
     }
 
     // c * sum of a block's 32 activation codes.

@@ -260,8 +260,8 @@ struct superblock_kernel {
         return acc;
     }
 
-    // Rows are taken in pairs and their int32 partial sums folded with hadd at once
-    // (reduce8's tree, built as the rows finish), so that only a few of them are live:
+    // Rows are taken in pairs and their int32 partial sums folded at once (pair_sums,
+    // reduce8's first level, built as the rows finish), so that only a few are live:
     // eight accumulators held to the end of the block spill to the stack.
     static __m256 rows8(const uint8_t * const w[8], const uint8_t * x, int64_t nb, const uint8_t * next) {
         __m256 acc = _mm256_setzero_ps();
@@ -289,12 +289,19 @@ struct superblock_kernel {
                 wm[i + 1] = W::has_min ? wb1 + W::off_dmin : wd[i + 1];
                 const scales s0 = W::load_scales(wb0);
                 const scales s1 = W::load_scales(wb1);
-                is_pairs[i / 2] = _mm256_hadd_epi32(isum_row(wb0, xb, xl, s0, xbias), isum_row(wb1, xb, xl, s1, xbias));
-                if constexpr (W::has_min) im_pairs[i / 2] = _mm256_hadd_epi32(imin(xb, s0, bsums_eo), imin(xb, s1, bsums_eo));
+                is_pairs[i / 2] = pair_sums(isum_row(wb0, xb, xl, s0, xbias), isum_row(wb1, xb, xl, s1, xbias));
+                if constexpr (W::has_min) im_pairs[i / 2] = pair_sums(imin(xb, s0, bsums_eo), imin(xb, s1, bsums_eo));
             }
             __m256 dw, dminw;
             if constexpr (W::has_min && W::off_dmin == W::off_d + 2) {
                 gather_f16_pairs(wd, dw, dminw);
+            } else if constexpr (!W::has_min && W::off_d + 2 == W::block_bytes) {
+                // d ends the block: read the 4 bytes that end with it.
+                const uint8_t * before[8];
+                #pragma GCC unroll 8
+                for (int i = 0; i < 8; ++i) before[i] = wd[i] - 2;
+                dw = gather_f16_high(before);
+                dminw = _mm256_setzero_ps();
             } else {
                 dw = gather_f16(wd);
                 dminw = W::has_min ? gather_f16(wm) : _mm256_setzero_ps();

@@ -56,30 +56,42 @@ inline __m128i loadu_128(const uint8_t * p) { return _mm_loadu_si128(reinterpret
 // Exact f16 -> f32 (F16C), for a scale field.
 inline float f16_at(const uint8_t * p) { return _cvtsh_ss(load_u16(p)); }
 
-// The f16 fields at p[0] .. p[7], converted.
-inline __m256 gather_f16(const uint8_t * const p[8]) {
-    const __m128i h = _mm_setr_epi16(static_cast<int16_t>(load_u16(p[0])), static_cast<int16_t>(load_u16(p[1])),
-                                     static_cast<int16_t>(load_u16(p[2])), static_cast<int16_t>(load_u16(p[3])),
-                                     static_cast<int16_t>(load_u16(p[4])), static_cast<int16_t>(load_u16(p[5])),
-                                     static_cast<int16_t>(load_u16(p[6])), static_cast<int16_t>(load_u16(p[7])));
-    return _mm256_cvtph_ps(h);
+// The two f16 fields in the 4 bytes at each of p[0] .. p[7] (the f16 at p[i] in lane i
+// of lo, the one at p[i] + 2 in lane i of hi): one load per pointer straight into a
+// vector register, then unpacks. Building the vector from general registers (a
+// vpinsrw or vpinsrd per field) costs several times as much on the CPUs measured.
+inline void gather_f16_halves(const uint8_t * const p[8], __m128i & lo, __m128i & hi) {
+    __m128i w[4];
+    #pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) w[k] = _mm_unpacklo_epi16(_mm_loadu_si32(p[2 * k]), _mm_loadu_si32(p[2 * k + 1]));
+    // w[k] = [lo 2k, lo 2k+1, hi 2k, hi 2k+1, 0, ...] (16-bit lanes)
+    const __m128i a = _mm_unpacklo_epi32(w[0], w[1]);  // [lo 0-3, hi 0-3]
+    const __m128i b = _mm_unpacklo_epi32(w[2], w[3]);  // [lo 4-7, hi 4-7]
+    lo = _mm_unpacklo_epi64(a, b);
+    hi = _mm_unpackhi_epi64(a, b);
 }
 
-// Two adjacent f16 fields, at p[i] and p[i] + 2, of eight blocks: one 32-bit load per
-// block instead of two 16-bit inserts, then the halves are sorted apart.
+// The f16 fields at p[0] .. p[7], converted (the 2 bytes after each are read too:
+// callers' fields are never a buffer's last bytes).
+inline __m256 gather_f16(const uint8_t * const p[8]) {
+    __m128i lo, hi;
+    gather_f16_halves(p, lo, hi);
+    return _mm256_cvtph_ps(lo);
+}
+
+// The f16 fields at p[0] + 2 .. p[7] + 2, converted (for a field that ends its block).
+inline __m256 gather_f16_high(const uint8_t * const p[8]) {
+    __m128i lo, hi;
+    gather_f16_halves(p, lo, hi);
+    return _mm256_cvtph_ps(hi);
+}
+
+// Two adjacent f16 fields, at p[i] and p[i] + 2, of eight blocks.
 inline void gather_f16_pairs(const uint8_t * const p[8], __m256 & first, __m256 & second) {
-    uint32_t u[8];
-    #pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) std::memcpy(&u[i], p[i], 4);
-    const __m256i v = _mm256_setr_epi32(static_cast<int32_t>(u[0]), static_cast<int32_t>(u[1]), static_cast<int32_t>(u[2]),
-                                        static_cast<int32_t>(u[3]), static_cast<int32_t>(u[4]), static_cast<int32_t>(u[5]),
-                                        static_cast<int32_t>(u[6]), static_cast<int32_t>(u[7]));
-    // Per lane: the four low halves, then the four high halves.
-    const __m256i split = _mm256_shuffle_epi8(v, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
-                                                                   0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
-    const __m256i sorted = _mm256_permute4x64_epi64(split, 0xd8);  // [8 low halves | 8 high halves]
-    first = _mm256_cvtph_ps(_mm256_castsi256_si128(sorted));
-    second = _mm256_cvtph_ps(_mm256_extracti128_si256(sorted, 1));
+    __m128i lo, hi;
+    gather_f16_halves(p, lo, hi);
+    first = _mm256_cvtph_ps(lo);
+    second = _mm256_cvtph_ps(hi);
 }
 
 // The f32 fields at p[0] .. p[7].
@@ -88,21 +100,27 @@ inline __m256 gather_f32(const uint8_t * const p[8]) {
                           load_f32(p[5]), load_f32(p[6]), load_f32(p[7]));
 }
 
-// reduce8 from its first level, p[k] = hadd(v[2k], v[2k + 1]) (callers that fold rows
-// as they finish keep fewer vectors live).
+// The first level of reduce8 for two vectors a, b: per 128-bit lane [a0 + a2, b0 + b2,
+// a1 + a3, b1 + b3]. Callers that fold rows as they finish keep fewer vectors live.
+// (reduce8 is built from unpacks and adds: vphaddd costs several times as much on
+// the CPUs measured.)
+inline __m256i pair_sums(__m256i a, __m256i b) {
+    return _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+}
+
+// reduce8 from its first level, p[k] = pair_sums(v[2k], v[2k + 1]).
 inline __m256i reduce_pairs(const __m256i p[4]) {
-    const __m256i ab = _mm256_hadd_epi32(p[0], p[1]);  // [v0..v3 low halves | v0..v3 high halves]
-    const __m256i cd = _mm256_hadd_epi32(p[2], p[3]);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
+    // Per 128-bit lane: [v0, v1, v2, v3] (then v4 .. v7) summed over that lane.
+    const __m256i t0 = _mm256_add_epi32(_mm256_unpacklo_epi64(p[0], p[1]), _mm256_unpackhi_epi64(p[0], p[1]));
+    const __m256i t1 = _mm256_add_epi32(_mm256_unpacklo_epi64(p[2], p[3]), _mm256_unpackhi_epi64(p[2], p[3]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(t0, t1, 0x20), _mm256_permute2x128_si256(t0, t1, 0x31));
 }
 
 // [sum of v0's lanes, ..., sum of v7's lanes]. Integer adds are exact (callers keep
 // sums far from overflow), so the pairing order does not matter.
 inline __m256i reduce8(__m256i v0, __m256i v1, __m256i v2, __m256i v3, __m256i v4, __m256i v5, __m256i v6,
                        __m256i v7) {
-    // hadd(v0, v1) = [v0 01, v0 23, v1 01, v1 23 | v0 45, v0 67, v1 45, v1 67]
-    const __m256i p[4] = {_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3), _mm256_hadd_epi32(v4, v5),
-                          _mm256_hadd_epi32(v6, v7)};
+    const __m256i p[4] = {pair_sums(v0, v1), pair_sums(v2, v3), pair_sums(v4, v5), pair_sums(v6, v7)};
     return reduce_pairs(p);
 }
 

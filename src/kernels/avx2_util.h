@@ -229,17 +229,19 @@ inline void prefetch_span(const uint8_t * p, size_t n_bytes) {
 //     prepare(group, x[8], b0, b1) (e.g. their scales as a vector)
 //   __m256 tokens8(w_row, x[8], group, b0, b1, acc): continues acc (lane i = token i)
 //     over blocks [b0, b1) of one weight row
-//   __m256 rows8(w[8], x, nb, next): the outputs of eight weight rows and one token;
-//     while it works it prefetches the next eight rows, next[0, 8 * nb * w_block_bytes)
-//     (null: none), because eight short interleaved row streams are more than the
-//     hardware prefetcher follows well, and decode is bound by this memory traffic
+//   rows8<NT>(w[8], x[NT], nb, next, out[NT]): the outputs of eight weight rows and NT
+//     tokens (1 to 3), each row's values unpacked once for all of them; while it works
+//     it prefetches the next eight rows, next[0, 8 * nb * w_block_bytes) (null: none),
+//     because eight short interleaved row streams are more than the hardware
+//     prefetcher follows well, and decode is bound by this memory traffic
 //
 // Full groups of 8 tokens use tokens8, so each weight block is unpacked once for eight
-// tokens; so do the last 3 to 7 tokens, as one group whose missing tokens repeat the
+// tokens; so do the last 4 to 7 tokens, as one group whose missing tokens repeat the
 // last one (their lanes are dropped): a batched decode step of a few lanes then reads
-// each weight row once instead of once per token. A group of 3 or 4 runs the kernel's
-// 4-token variant where it has one (its lanes 4-7 repeat 0-3), at about half the cost. One or two remaining tokens use
-// rows8 (decode is one token), which is cheaper for them. Which lane a token takes
+// each weight row once instead of once per token. A group of 4 runs the kernel's
+// 4-token variant where it has one (its lanes 4-7 repeat 0-3), at about half the cost.
+// One to three remaining tokens use rows8 (decode is one token), which is cheaper for
+// them. Which lane a token takes
 // cannot change its bits (one output per lane). Blocks are taken in chunks
 // so that per-token-group data stays small; the partial sums between chunks are kept
 // in y itself (a float stored and reloaded is unchanged).
@@ -248,11 +250,35 @@ inline void prefetch_span(const uint8_t * p, size_t n_bytes) {
 template <typename K>
 constexpr bool k_has_tokens4 = requires { &K::template tokens8<4>; };
 
+// Rows 8 at a time for NT tokens (x[i] their activation rows), outputs y[i * y_stride + r].
+// Not inlined: in a function of its own each NT gets all the registers (inlined into
+// mul_tile_driver next to the others, the one-token loop spills more and runs slower).
+template <typename K, int NT>
+[[gnu::noinline]] void rows8_tile(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * const x[NT], int64_t nb, float * y,
+                int64_t y_stride) {
+    for (int64_t r = 0; r < n_rows; r += 8) {
+        const uint8_t * rows[8];
+        // Missing rows of the last group repeat the last row; their lanes are dropped.
+        for (int64_t i = 0; i < 8; ++i) rows[i] = w + static_cast<size_t>(r + i < n_rows ? r + i : n_rows - 1) * w_row_bytes;
+        const uint8_t * next = r + 8 < n_rows ? w + static_cast<size_t>(r + 8) * w_row_bytes : nullptr;
+        __m256 out[NT];
+        K::template rows8<NT>(rows, x, nb, next, out);
+        #pragma GCC unroll 3
+        for (int i = 0; i < NT; ++i) {
+            if (r + 8 <= n_rows) {
+                _mm256_storeu_ps(y + i * y_stride + r, out[i]);
+            } else {
+                scatter_lanes(out[i], y + i * y_stride + r, 1, n_rows - r);
+            }
+        }
+    }
+}
+
 template <typename K>
 void mul_tile_driver(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
                      int64_t n_tokens, int64_t n, float * y, int64_t y_stride) {
     const int64_t nb = n / K::block_elems;
-    constexpr int64_t k_min_padded_group = 3;
+    constexpr int64_t k_min_padded_group = 4;
     int64_t t = 0;
     while (n_tokens - t >= k_min_padded_group) {
         const int64_t m = n_tokens - t < 8 ? n_tokens - t : 8;  // tokens of this group
@@ -277,20 +303,16 @@ void mul_tile_driver(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, cons
         }
         t += m;
     }
-    for (; t < n_tokens; ++t) {
-        const uint8_t * x = xq + static_cast<size_t>(t) * xq_row_bytes;
-        float * yt = y + t * y_stride;
-        for (int64_t r = 0; r < n_rows; r += 8) {
-            const uint8_t * rows[8];
-            // Missing rows of the last group repeat the last row; their lanes are dropped.
-            for (int64_t i = 0; i < 8; ++i) rows[i] = w + static_cast<size_t>(r + i < n_rows ? r + i : n_rows - 1) * w_row_bytes;
-            const uint8_t * next = r + 8 < n_rows ? w + static_cast<size_t>(r + 8) * w_row_bytes : nullptr;
-            const __m256 out = K::rows8(rows, x, nb, next);
-            if (r + 8 <= n_rows) {
-                _mm256_storeu_ps(yt + r, out);
-            } else {
-                scatter_lanes(out, yt + r, 1, n_rows - r);
-            }
+    if (t < n_tokens) {
+        const int64_t m = n_tokens - t;  // 1 to 3
+        const uint8_t * x[3];
+        for (int64_t i = 0; i < 3; ++i) x[i] = xq + static_cast<size_t>(t + (i < m ? i : 0)) * xq_row_bytes;
+        if (m == 1) {
+            rows8_tile<K, 1>(w, w_row_bytes, n_rows, x, nb, y + t * y_stride, y_stride);
+        } else if (m == 2) {
+            rows8_tile<K, 2>(w, w_row_bytes, n_rows, x, nb, y + t * y_stride, y_stride);
+        } else {
+            rows8_tile<K, 3>(w, w_row_bytes, n_rows, x, nb, y + t * y_stride, y_stride);
         }
     }
 }

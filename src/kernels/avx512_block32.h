@@ -158,32 +158,29 @@ struct block32_kernel {
             }
         }
         dword_collector16 scale[2];  // blocks b, b + 1
+        reduce16_pairs red[NT];
         __m512i halves[NT][2];
-        #pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-            const uint8_t * base = rows.base[h] + off;
-            reduce16_pairs red[NT];
-            #pragma GCC unroll 2
-            for (int q = 0; q < 2; ++q) {
-                #pragma GCC unroll 2
-                for (int k = 0; k < 2; ++k) {
-                    const uint8_t * p[2] = {rows.at(base, 4 * q + 2 * k), rows.at(base, 4 * q + 2 * k + 1)};
-                    scale[0].add_pair(k, p[0] + W::off_scale, p[1] + W::off_scale);
-                    if constexpr (Pair) scale[1].add_pair(k, p[0] + step + W::off_scale, p[1] + step + W::off_scale);
-                    const __m512i c0 = W::codes2(p[0], p[0] + step), c1 = W::codes2(p[1], p[1] + step);
-                    #pragma GCC unroll 3
-                    for (int i = 0; i < NT; ++i) {
-                        red[i].add_pair(k, _mm512_dpbusd_epi32(start[i], c0, xv[i]), _mm512_dpbusd_epi32(start[i], c1, xv[i]));
-                    }
+        for_row_pairs(
+            rows, off,
+            [&](int k, const uint8_t * p0, const uint8_t * p1) __attribute__((always_inline)) {
+                scale[0].add_pair(k, p0 + W::off_scale, p1 + W::off_scale);
+                if constexpr (Pair) scale[1].add_pair(k, p0 + step + W::off_scale, p1 + step + W::off_scale);
+                const __m512i c0 = W::codes2(p0, p0 + step), c1 = W::codes2(p1, p1 + step);
+                #pragma GCC unroll 3
+                for (int i = 0; i < NT; ++i) {
+                    red[i].add_pair(k, _mm512_dpbusd_epi32(start[i], c0, xv[i]), _mm512_dpbusd_epi32(start[i], c1, xv[i]));
                 }
+            },
+            [&](int h, int q) __attribute__((always_inline)) {
                 scale[0].add_quad(2 * h + q);
                 if constexpr (Pair) scale[1].add_quad(2 * h + q);
                 #pragma GCC unroll 3
                 for (int i = 0; i < NT; ++i) red[i].add_quad(q);
-            }
-            #pragma GCC unroll 3
-            for (int i = 0; i < NT; ++i) halves[i][h] = red[i].half();
-        }
+            },
+            [&](int h) __attribute__((always_inline)) {
+                #pragma GCC unroll 3
+                for (int i = 0; i < NT; ++i) halves[i][h] = red[i].half();
+            });
         __m512 dw[2], mw[2];
         W::scales16(scale[0].vec(), dw[0], mw[0]);
         if constexpr (Pair) W::scales16(scale[1].vec(), dw[1], mw[1]);

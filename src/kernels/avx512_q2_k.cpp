@@ -42,16 +42,13 @@ struct q2_k_format {
     static constexpr auto rest = avx2::mul_tile_q2_k_q8_k;
 
     // Decode (superblock_kernel::rows16): the activation in crumbs_x_decode's order.
-    struct decode_x {
-        __m512i q[4];
-        __m256i bsums;
-    };
+    using decode_x = min_decode_x;
     [[gnu::always_inline]] static void x_decode(const uint8_t * xb, decode_x & xd) {
         crumbs_x_decode(xb, xd.q);
         xd.bsums = loadu_256(xb + q8_k_off_bsums);
     }
-    // isum: maddubs of the codes (pairs within 2 * 3 * 128), then vpdpwssd with each
-    // lane's scale (vpermw from the 16 scales); imin: the mins times the bsums.
+    // min_row_sums of the codes (pairs within 2 * 3 * 128), each lane's scale (vpermw
+    // from the 16 scales) and the mins.
     template <int NT>
     [[gnu::always_inline]] static void row_decode(const uint8_t * wb, const decode_x * xd, __m512i * out) {
         const __m256i raw = _mm256_cvtepu8_epi16(loadu_128(wb + q2_k_off_scales));
@@ -65,13 +62,7 @@ struct q2_k_format {
             c[k] = _mm512_and_si512(k == 0 ? qs : _mm512_srli_epi16(qs, 2 * k), three);
             mult[k] = _mm512_permutexvar_epi16(word_index(2 * k, 2 * k + 1, 8 + 2 * k, 9 + 2 * k), sc);
         }
-        #pragma GCC unroll 3
-        for (int i = 0; i < NT; ++i) {
-            __m512i acc = _mm512_setzero_si512();
-            #pragma GCC unroll 4
-            for (int k = 0; k < 4; ++k) acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(c[k], xd[i].q[k]), mult[k]);
-            out[i] = isum_imin(acc, _mm256_madd_epi16(xd[i].bsums, m));
-        }
+        min_row_sums<NT>(c, mult, m, xd, out);
     }
     static_assert(q2_k_off_dmin == q2_k_off_d + 2);
     static constexpr size_t off_scale = q2_k_off_d;  // d, then dmin

@@ -58,10 +58,7 @@ struct q3_k_format {
     // q[k] = values [32k, 32k + 32) and [128 + 32k, 160 + 32k); their high bits are bits
     // k and 4 + k of hmask (broadcast to both halves), added where vptestmb finds them.
     // The -4 enters as -4 * bsums (within int16) times the scales.
-    struct decode_x {
-        __m512i q[4];
-        __m512i bias;  // -4 * bsums, then zeros
-    };
+    using decode_x = bias_decode_x;  // bias: -4 * bsums
     [[gnu::always_inline]] static void x_decode(const uint8_t * xb, decode_x & xd) {
         crumbs_x_decode(xb, xd.q);
         xd.bias = _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(loadu_256(xb + q8_k_off_bsums), 2)));
@@ -93,21 +90,12 @@ struct q3_k_format {
             c[k] = _mm512_mask_add_epi8(low, _mm512_test_epi8_mask(hm, bit_pair(k, 4 + k)), low, four);
             mult[k] = _mm512_permutexvar_epi16(word_index(2 * k, 2 * k + 1, 8 + 2 * k, 9 + 2 * k), sc);
         }
-        #pragma GCC unroll 3
-        for (int i = 0; i < NT; ++i) {
-            __m512i acc = _mm512_dpwssd_epi32(_mm512_setzero_si512(), xd[i].bias, sc);
-            #pragma GCC unroll 4
-            for (int k = 0; k < 4; ++k) acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(c[k], xd[i].q[k]), mult[k]);
-            out[i] = acc;
-        }
+        bias_row_sums<NT>(c, mult, sc, xd, out);
     }
     // d is the block's last field: its dword starts 2 bytes before it.
     static constexpr size_t off_scale = q3_k_off_d - 2;
     static_assert(q3_k_off_d + 2 == block_bytes);
-    static void scales16(__m512i words, __m512 & d, __m512 & dmin) {
-        d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(words, 16)));
-        dmin = d;
-    }
+    static void scales16(__m512i words, __m512 & d, __m512 & dmin) { f16_ending_scales(words, d, dmin); }
 };
 
 using kernel = superblock_kernel<q3_k_format>;

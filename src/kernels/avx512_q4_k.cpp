@@ -41,7 +41,7 @@ struct q4_k_format {
     static constexpr auto rest = avx2::mul_tile_q4_k_q8_k;
 
     // Decode (superblock_kernel::rows16; avx512_superblock.h's k4_row_decode).
-    using decode_x = k4_decode_x;
+    using decode_x = min_decode_x;
     [[gnu::always_inline]] static void x_decode(const uint8_t * xb, decode_x & xd) { k4_x_decode(xb, xd); }
     template <int NT>
     [[gnu::always_inline]] static void row_decode(const uint8_t * wb, const decode_x * xd, __m512i * out) {

@@ -55,14 +55,11 @@ struct q6_k_format {
     // [64j, 64j + 64), whose 128-bit lanes are sub-blocks 4j .. 4j + 3), the order in
     // which ql's nibbles and qh's pairs of bits come out of 64-byte loads. The -32 enters
     // as the bsums times -32 * scale (within int16).
-    struct decode_x {
-        __m512i q[4];
-        __m512i bsums;  // then zeros
-    };
+    using decode_x = bias_decode_x;  // bias: the bsums
     [[gnu::always_inline]] static void x_decode(const uint8_t * xb, decode_x & xd) {
         #pragma GCC unroll 4
         for (int j = 0; j < 4; ++j) xd.q[j] = loadu_512(xb + q8_k_off_qs + 64 * j);
-        xd.bsums = _mm512_zextsi256_si512(loadu_256(xb + q8_k_off_bsums));
+        xd.bias = _mm512_zextsi256_si512(loadu_256(xb + q8_k_off_bsums));
     }
     template <int NT>
     [[gnu::always_inline]] static void row_decode(const uint8_t * wb, const decode_x * xd, __m512i * out) {
@@ -89,21 +86,12 @@ struct q6_k_format {
                 mult[2 * h + g] = _mm512_permutexvar_epi16(word_index(j, j + 1, j + 2, j + 3), sc);
             }
         }
-        #pragma GCC unroll 3
-        for (int i = 0; i < NT; ++i) {
-            __m512i acc = _mm512_dpwssd_epi32(_mm512_setzero_si512(), xd[i].bsums, bias);
-            #pragma GCC unroll 4
-            for (int v = 0; v < 4; ++v) acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(c[v], xd[i].q[v]), mult[v]);
-            out[i] = acc;
-        }
+        bias_row_sums<NT>(c, mult, bias, xd, out);
     }
     // d is the block's last field: its dword starts 2 bytes before it.
     static constexpr size_t off_scale = q6_k_off_d - 2;
     static_assert(q6_k_off_d + 2 == block_bytes);
-    static void scales16(__m512i words, __m512 & d, __m512 & dmin) {
-        d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(words, 16)));
-        dmin = d;
-    }
+    static void scales16(__m512i words, __m512 & d, __m512 & dmin) { f16_ending_scales(words, d, dmin); }
 };
 
 using kernel = superblock_kernel<q6_k_format>;

@@ -82,16 +82,62 @@ inline void unpack_k4_scales(const uint8_t * s, uint64_t & sc8, uint64_t & m8) {
     m8 = (u1 & 0x3f3f3f3fu) | static_cast<uint64_t>(((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4)) << 32;
 }
 
-// Decode hooks of Q4_K and Q5_K. The activation in the order one 64-byte load of qs
-// gives the nibbles: q[2h] = values [128h, 128h + 32) and [128h + 64, 128h + 96) (low
-// nibbles), q[2h + 1] = the 32 values after each (high nibbles); so the 128-bit lanes
-// of q[2h + g] belong to sub-blocks 4h + g (twice) and 4h + g + 2 (twice).
-struct k4_decode_x {
+// A token's activation block for the decode hooks of the formats with mins (Q2_K,
+// Q4_K, Q5_K): its codes in the format's order, and its bsums.
+struct min_decode_x {
     __m512i q[4];
     __m256i bsums;
 };
 
-[[gnu::always_inline]] inline void k4_x_decode(const uint8_t * xb, k4_decode_x & xd) {
+// acc plus the products of a row's codes c[v] with a token's activation q[v]: maddubs
+// pair sums, times the int16 multipliers mult[v] (each lane's sub-block scale) by
+// vpdpwssd.
+[[gnu::always_inline]] inline __m512i scaled_products(__m512i acc, const __m512i c[4], const __m512i mult[4], const __m512i q[4]) {
+    #pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(c[v], q[v]), mult[v]);
+    return acc;
+}
+
+// One row's vector for rows16 (formats with mins), for NT tokens: isum partials
+// (scaled_products) folded into lanes 0-7, and imin partials (the mins m, one per 16
+// values, times the bsums) in lanes 8-15.
+template <int NT>
+[[gnu::always_inline]] inline void min_row_sums(const __m512i c[4], const __m512i mult[4], __m256i m, const min_decode_x * xd,
+                                                __m512i * out) {
+    #pragma GCC unroll 3
+    for (int i = 0; i < NT; ++i) {
+        out[i] = isum_imin(scaled_products(_mm512_setzero_si512(), c, mult, xd[i].q), _mm256_madd_epi16(xd[i].bsums, m));
+    }
+}
+
+// The same for the formats whose values are codes minus a constant (Q3_K, Q6_K): 16
+// isum partials, the constant entering as the token's bias (int16 per 16 values, then
+// zeros) times the row's bias_w.
+struct bias_decode_x {
+    __m512i q[4];
+    __m512i bias;
+};
+
+template <int NT>
+[[gnu::always_inline]] inline void bias_row_sums(const __m512i c[4], const __m512i mult[4], __m512i bias_w, const bias_decode_x * xd,
+                                                 __m512i * out) {
+    #pragma GCC unroll 3
+    for (int i = 0; i < NT; ++i) out[i] = scaled_products(_mm512_dpwssd_epi32(_mm512_setzero_si512(), xd[i].bias, bias_w), c, mult, xd[i].q);
+}
+
+// d_w of 16 rows from the dwords that end with it (a d that is its block's last field,
+// so that nothing past the block is read).
+inline void f16_ending_scales(__m512i words, __m512 & d, __m512 & dmin) {
+    d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(words, 16)));
+    dmin = d;
+}
+
+// Decode hooks of Q4_K and Q5_K. The activation in the order one 64-byte load of qs
+// gives the nibbles: q[2h] = values [128h, 128h + 32) and [128h + 64, 128h + 96) (low
+// nibbles), q[2h + 1] = the 32 values after each (high nibbles); so the 128-bit lanes
+// of q[2h + g] belong to sub-blocks 4h + g (twice) and 4h + g + 2 (twice).
+
+[[gnu::always_inline]] inline void k4_x_decode(const uint8_t * xb, min_decode_x & xd) {
     const uint8_t * q = xb + q8_k_off_qs;
     #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
@@ -101,13 +147,12 @@ struct k4_decode_x {
     xd.bsums = loadu_256(xb + q8_k_off_bsums);
 }
 
-// isum: maddubs of the codes (pairs within 2 * 31 * 128), then vpdpwssd with each
-// lane's sub-block scale; imin: the mins (duplicated per 16 values) times the bsums.
-// With High (Q5_K), the fifth bits from qh (broadcast to both halves) are added where
+// Codes (pairs within 2 * 31 * 128) and multipliers (each lane's sub-block scale) for
+// min_row_sums, the mins duplicated per 16 values. With High (Q5_K), the fifth bits from qh (broadcast to both halves) are added where
 // vptestmb finds them: vector 2h + g's halves take bits 4h + g and 4h + g + 2.
 template <int NT, bool High>
 [[gnu::always_inline]] inline void k4_row_decode(const uint8_t * scales, const uint8_t * qs, const uint8_t * qh,
-                                                 const k4_decode_x * xd, __m512i * out) {
+                                                 const min_decode_x * xd, __m512i * out) {
     uint64_t sc8, m8;
     unpack_k4_scales(scales, sc8, m8);
     const __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc8))));
@@ -130,13 +175,7 @@ template <int NT, bool High>
             mult[2 * h + g] = _mm512_shuffle_epi8(sc, pick_words(j, j, j + 2, j + 2));
         }
     }
-    #pragma GCC unroll 3
-    for (int i = 0; i < NT; ++i) {
-        __m512i acc = _mm512_setzero_si512();
-        #pragma GCC unroll 4
-        for (int v = 0; v < 4; ++v) acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(c[v], xd[i].q[v]), mult[v]);
-        out[i] = isum_imin(acc, _mm256_madd_epi16(xd[i].bsums, m));
-    }
+    min_row_sums<NT>(c, mult, m, xd, out);
 }
 
 // The activation in the order of the crumbs of one 64-byte load of Q2_K / Q3_K's qs:
@@ -287,30 +326,27 @@ struct superblock_kernel {
             for (int i = 0; i < NT; ++i) W::x_decode(x[i] + b * xbb, xd[i]);
             const int64_t off = b * static_cast<int64_t>(wbb);
             dword_collector16 scale;
+            reduce16_pairs red[NT];
             __m512i halves[NT][2];
-            #pragma GCC unroll 2
-            for (int h = 0; h < 2; ++h) {
-                const uint8_t * base = rows.base[h] + off;
-                reduce16_pairs red[NT];
-                #pragma GCC unroll 2
-                for (int q = 0; q < 2; ++q) {
-                    #pragma GCC unroll 2
-                    for (int k = 0; k < 2; ++k) {
-                        const uint8_t * p[2] = {rows.at(base, 4 * q + 2 * k), rows.at(base, 4 * q + 2 * k + 1)};
-                        scale.add_pair(k, p[0] + W::off_scale, p[1] + W::off_scale);
-                        __m512i o[2][NT];
-                        #pragma GCC unroll 2
-                        for (int j = 0; j < 2; ++j) W::template row_decode<NT>(p[j], xd, o[j]);
-                        #pragma GCC unroll 3
-                        for (int i = 0; i < NT; ++i) red[i].add_pair(k, o[0][i], o[1][i]);
-                    }
+            for_row_pairs(
+                rows, off,
+                [&](int k, const uint8_t * p0, const uint8_t * p1) __attribute__((always_inline)) {
+                    scale.add_pair(k, p0 + W::off_scale, p1 + W::off_scale);
+                    __m512i o0[NT], o1[NT];
+                    W::template row_decode<NT>(p0, xd, o0);
+                    W::template row_decode<NT>(p1, xd, o1);
+                    #pragma GCC unroll 3
+                    for (int i = 0; i < NT; ++i) red[i].add_pair(k, o0[i], o1[i]);
+                },
+                [&](int h, int q) __attribute__((always_inline)) {
                     scale.add_quad(2 * h + q);
                     #pragma GCC unroll 3
                     for (int i = 0; i < NT; ++i) red[i].add_quad(q);
-                }
-                #pragma GCC unroll 3
-                for (int i = 0; i < NT; ++i) halves[i][h] = red[i].half();
-            }
+                },
+                [&](int h) __attribute__((always_inline)) {
+                    #pragma GCC unroll 3
+                    for (int i = 0; i < NT; ++i) halves[i][h] = red[i].half();
+                });
             __m512 dw, dmin;
             W::scales16(scale.vec(), dw, dmin);
             #pragma GCC unroll 3

@@ -345,6 +345,26 @@ struct row_group {
     }
 };
 
+// The 16 rows of a group in the order the decode tiles take them: in each half h
+// (rows 8h to 8h + 7) and each quad q of it (4 rows), on_pair(k, p0, p1) for its pairs
+// k = 0, 1 (p0, p1: the two rows' addresses plus off), then on_quad(h, q); after each
+// half, on_half(h). Everything is inlined and unrolled, so h, q and k are constants.
+template <typename Pair, typename Quad, typename Half>
+[[gnu::always_inline]] inline void for_row_pairs(const row_group & rows, int64_t off, Pair && on_pair, Quad && on_quad,
+                                                 Half && on_half) {
+    #pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+        const uint8_t * base = rows.base[h] + off;
+        #pragma GCC unroll 2
+        for (int q = 0; q < 2; ++q) {
+            #pragma GCC unroll 2
+            for (int k = 0; k < 2; ++k) on_pair(k, rows.at(base, 4 * q + 2 * k), rows.at(base, 4 * q + 2 * k + 1));
+            on_quad(h, q);
+        }
+        on_half(h);
+    }
+}
+
 template <typename K, int NT>
 void decode_rows(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * const x[NT], int64_t nb, float * y,
                  int64_t y_stride) {

@@ -89,6 +89,24 @@ std::vector<int64_t> odd_sizes(tensor_type t) {
     return {block, 2 * block, 3 * block, 7 * block};
 }
 
+// Runs the tile k.mul_tile on the first n_rows rows of w and n_tokens rows of x (n
+// values each; y_stride = n_rows + 3) and checks that every output has the scalar
+// vec_dot's bits and that nothing outside the tile was written. A failure names `what`.
+void check_tile(tensor_type t, const type_kernels & k, const std::vector<uint8_t> & w, const std::vector<uint8_t> & x, int64_t n,
+                int64_t n_rows, int64_t n_tokens, const std::string & what) {
+    const size_t w_row = row_bytes(t, n), x_row = row_bytes(k.vec_dot_type, n);
+    const int64_t y_stride = n_rows + 3;
+    std::vector<float> y(static_cast<size_t>(n_tokens * y_stride), -1.0f);
+    k.mul_tile(w.data(), w_row, n_rows, x.data(), x_row, n_tokens, n, y.data(), y_stride);
+    for (int64_t tok = 0; tok < n_tokens; ++tok) {
+        for (int64_t r = 0; r < n_rows; ++r) {
+            const float expected = scalar_of(t).vec_dot(w.data() + r * w_row, x.data() + tok * x_row, n);
+            ASSERT_TRUE(same_bits(y[tok * y_stride + r], expected)) << what << ": row " << r << " token " << tok;
+        }
+        for (int64_t r = n_rows; r < y_stride; ++r) ASSERT_EQ(y[tok * y_stride + r], -1.0f) << what << ": wrote outside the tile";
+    }
+}
+
 // (path, weight type)
 class path_per_type : public ::testing::TestWithParam<std::tuple<implementation, tensor_type>> {
 protected:
@@ -123,20 +141,10 @@ TEST_P(path_per_type, MulTileOfAnyShapeEqualsVecDotBitwise) {
     const int64_t max_rows = 33, max_tokens = 49;
     const auto w = weight_rows(t, max_rows, n, 3);
     const auto x = activation_rows(t, max_tokens, n, 4);
-    const size_t w_row = row_bytes(t, n), x_row = row_bytes(k.vec_dot_type, n);
     for (int64_t n_rows : {1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 19, 32, 33}) {
         for (int64_t n_tokens : {1, 2, 3, 7, 8, 9, 15, 16, 17, 18, 31, 32, 33, 49}) {
-            const int64_t y_stride = n_rows + 3;
-            std::vector<float> y(static_cast<size_t>(n_tokens * y_stride), -1.0f);
-            k.mul_tile(w.data(), w_row, n_rows, x.data(), x_row, n_tokens, n, y.data(), y_stride);
-            for (int64_t tok = 0; tok < n_tokens; ++tok) {
-                for (int64_t r = 0; r < n_rows; ++r) {
-                    const float expected = scalar_of(t).vec_dot(w.data() + r * w_row, x.data() + tok * x_row, n);
-                    ASSERT_TRUE(same_bits(y[tok * y_stride + r], expected))
-                        << n_rows << "x" << n_tokens << " tile, row " << r << " token " << tok;
-                }
-                for (int64_t r = n_rows; r < y_stride; ++r) ASSERT_EQ(y[tok * y_stride + r], -1.0f) << "wrote outside the tile";
-            }
+            check_tile(t, k, w, x, n, n_rows, n_tokens, std::to_string(n_rows) + "x" + std::to_string(n_tokens) + " tile");
+            if (HasFatalFailure()) return;
         }
     }
 }
@@ -155,20 +163,11 @@ TEST_P(path_per_type, DecodeTilesOfEveryBlockCountEqualVecDotBitwise) {
         const int64_t max_rows = 48, max_tokens = 3;
         const auto w = weight_rows(t, max_rows, n, 60 + n_blocks);
         const auto x = activation_rows(t, max_tokens, n, 70 + n_blocks);
-        const size_t w_row = row_bytes(t, n), x_row = row_bytes(k.vec_dot_type, n);
         for (int64_t n_rows : {15, 16, 17, 31, 32, 48}) {
             for (int64_t n_tokens = 1; n_tokens <= max_tokens; ++n_tokens) {
-                const int64_t y_stride = n_rows + 5;
-                std::vector<float> y(static_cast<size_t>(n_tokens * y_stride), -1.0f);
-                k.mul_tile(w.data(), w_row, n_rows, x.data(), x_row, n_tokens, n, y.data(), y_stride);
-                for (int64_t tok = 0; tok < n_tokens; ++tok) {
-                    for (int64_t r = 0; r < n_rows; ++r) {
-                        const float expected = scalar_of(t).vec_dot(w.data() + r * w_row, x.data() + tok * x_row, n);
-                        ASSERT_TRUE(same_bits(y[tok * y_stride + r], expected))
-                            << n_blocks << " blocks, " << n_rows << " rows, " << n_tokens << " tokens: row " << r << " token " << tok;
-                    }
-                    for (int64_t r = n_rows; r < y_stride; ++r) ASSERT_EQ(y[tok * y_stride + r], -1.0f) << "wrote outside the tile";
-                }
+                check_tile(t, k, w, x, n, n_rows, n_tokens,
+                           std::to_string(n_blocks) + " blocks, " + std::to_string(n_rows) + " rows, " + std::to_string(n_tokens) + " tokens");
+                if (HasFatalFailure()) return;
             }
         }
     }

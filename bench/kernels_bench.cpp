@@ -8,6 +8,11 @@
 //       block reused across them. Reports FLOP/s (2 per multiply-add) as items/s.
 //       tokens:1 is a matrix-vector product on cached weights: the compute ceiling of
 //       decode, to compare with BM_matvec's memory-bound figure.
+//   BM_decode_tile/<type>/<path>/tokens:N   a decode tile alone: one kernel path's
+//       mul_tile on 256 x 1024 weights that stay in L2 and N already-converted tokens,
+//       bytes/s of weights: the kernel's compute ceiling for decode, without matmul's
+//       activation conversion and thread pool. Ten repetitions: their median is the
+//       steadier figure on a shared machine.
 //   BM_activation/<type>   activation encoders, input bytes/s.
 //   BM_dot_rows_f16, BM_add_scaled_f16   attention helpers (one KV block of 16 keys).
 //   BM_parallel_for_overhead   cost of one tiny parallel_for on the pool.
@@ -106,6 +111,24 @@ void matmul_tokens(benchmark::State & state, tensor_type t, shape s, int64_t n_t
                                                    benchmark::Counter::kIsIterationInvariantRate);
 }
 
+void decode_tile(benchmark::State & state, tensor_type t, implementation impl, int64_t n_tokens) {
+    const type_kernels * k = kernel_table(impl, t);
+    const type_kernels * ak = kernel_table(impl, k->vec_dot_type);
+    const int64_t n_rows = 256, n = 1024;
+    const std::vector<uint8_t> w = make_matrix(t, n_rows, n);
+    const size_t w_row = row_bytes(t, n), x_row = row_bytes(k->vec_dot_type, n);
+    std::vector<uint8_t> xq(x_row * static_cast<size_t>(n_tokens));
+    for (int64_t i = 0; i < n_tokens; ++i) {
+        ak->from_float_activation(random_floats(n, 11 + static_cast<uint64_t>(i), 1.0f).data(), xq.data() + x_row * static_cast<size_t>(i), n);
+    }
+    std::vector<float> y(static_cast<size_t>(n_rows * n_tokens));
+    for (auto _ : state) {
+        k->mul_tile(w.data(), w_row, n_rows, xq.data(), x_row, n_tokens, n, y.data(), n_rows);
+        benchmark::DoNotOptimize(y.data());
+    }
+    state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.size()));
+}
+
 void activation(benchmark::State & state, tensor_type weight_type) {
     const type_kernels * wk = active_kernels(weight_type);
     const type_kernels * ak = active_kernels(wk->vec_dot_type);
@@ -180,6 +203,20 @@ BENCHMARK(BM_parallel_for_overhead)->Arg(2)->Arg(4)->UseRealTime();
                         ->UseRealTime()
                         ->Unit(benchmark::kMillisecond);
                 }
+            }
+        }
+    }
+    for (tensor_type t : k_types) {
+        if (get_tensor_type_traits(static_cast<uint32_t>(t))->block_elems == 1) continue;  // F32, F16, BF16
+        for (implementation impl : {implementation::avx2, implementation::avx512}) {
+            if (!cpu_supports(impl)) continue;
+            for (int64_t n_tokens : {1, 3}) {
+                benchmark::RegisterBenchmark(("BM_decode_tile/" + std::string(tensor_type_name(t)) + "/" + implementation_name(impl) +
+                                              "/tokens:" + std::to_string(n_tokens))
+                                                 .c_str(),
+                                             [=](benchmark::State & st) { decode_tile(st, t, impl, n_tokens); })
+                    ->Repetitions(10)
+                    ->Unit(benchmark::kMicrosecond);
             }
         }
     }

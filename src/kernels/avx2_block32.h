@@ -86,22 +86,34 @@ struct block32_kernel {
         return acc;
     }
 
-    static __m256 rows8(const uint8_t * const w[8], const uint8_t * x, int64_t nb, const uint8_t * next) {
-        __m256 acc = _mm256_setzero_ps();
+    template <int NT>
+    static void rows8(const uint8_t * const w[8], const uint8_t * const x[NT], int64_t nb, const uint8_t * next, __m256 acc[NT]) {
+        #pragma GCC unroll 3
+        for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
             if (next != nullptr) prefetch_span(next + b * 8 * wbb, 8 * wbb);
-            const __m256i xq = loadu_256(x + b * xbb + 2);
+            __m256i xq[NT];
+            #pragma GCC unroll 3
+            for (int t = 0; t < NT; ++t) xq[t] = loadu_256(x[t] + b * xbb + 2);
             const uint8_t * wb[8];
-            __m256i v[8];
+            __m256i v[NT][8];
             #pragma GCC unroll 8
             for (int i = 0; i < 8; ++i) {
                 wb[i] = w[i] + b * wbb;
-                v[i] = signed_block_dot(W::values(wb[i]), xq);
+                const __m256i wv = W::values(wb[i]);
+                const __m256i aw = _mm256_sign_epi8(wv, wv);
+                #pragma GCC unroll 3
+                for (int t = 0; t < NT; ++t) {
+                    v[t][i] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[t], wv)), _mm256_set1_epi16(1));
+                }
             }
-            const __m256 d = _mm256_mul_ps(W::scales8(wb), _mm256_set1_ps(f16_at(x + b * xbb)));
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(reduce8(v)), d));
+            const __m256 dw = W::scales8(wb);
+            #pragma GCC unroll 3
+            for (int t = 0; t < NT; ++t) {
+                const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(f16_at(x[t] + b * xbb)));
+                acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_cvtepi32_ps(reduce8(v[t])), d));
+            }
         }
-        return acc;
     }
 
     static float vec_dot(const uint8_t * w_row, const uint8_t * x_row, int64_t n) {
@@ -136,18 +148,15 @@ struct offset_block32_kernel {
     }
 
     // [sum of p[0]'s lanes, ..., sum of p[7]'s lanes] for eight maddubs results of
-    // codes < 32: a lane is at most 2 * 31 * 127 = 7874 in magnitude, so sums of four
-    // stay within int16 and the first two levels of the tree can add 16-bit lanes
-    // (hadd_epi16 wraps, it does not saturate) before one madd widens them: 11
-    // operations for eight outputs instead of eight madds and reduce8's nine.
+    // codes < 32 (pairs within 2 * 31 * 128): widened to int32 pairs by madd, then
+    // reduce8.
     static __m256i reduce8_pair_sums(const __m256i p[8]) {
         static_assert(W::offset <= 16, "codes are below 2 * offset <= 32");
-        const __m256i a = _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3]));
-        const __m256i b = _mm256_hadd_epi16(_mm256_hadd_epi16(p[4], p[5]), _mm256_hadd_epi16(p[6], p[7]));
         const __m256i ones = _mm256_set1_epi16(1);
-        const __m256i a32 = _mm256_madd_epi16(a, ones);  // [p0..p3 low-lane sums | p0..p3 high-lane sums]
-        const __m256i b32 = _mm256_madd_epi16(b, ones);
-        return _mm256_add_epi32(_mm256_permute2x128_si256(a32, b32, 0x20), _mm256_permute2x128_si256(a32, b32, 0x31));
+        __m256i v[8];
+        #pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) v[i] = _mm256_madd_epi16(p[i], ones);
+        return reduce8(v);
     }
 
     // c * sum of a block's 32 activation codes.
@@ -193,23 +202,32 @@ struct offset_block32_kernel {
         return acc;
     }
 
-    static __m256 rows8(const uint8_t * const w[8], const uint8_t * x, int64_t nb, const uint8_t * next) {
-        __m256 acc = _mm256_setzero_ps();
+    template <int NT>
+    static void rows8(const uint8_t * const w[8], const uint8_t * const x[NT], int64_t nb, const uint8_t * next, __m256 acc[NT]) {
+        #pragma GCC unroll 3
+        for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
             if (next != nullptr) prefetch_span(next + b * 8 * wbb, 8 * wbb);
-            const __m256i xq = loadu_256(x + b * xbb + 2);
+            __m256i xq[NT];
+            #pragma GCC unroll 3
+            for (int t = 0; t < NT; ++t) xq[t] = loadu_256(x[t] + b * xbb + 2);
             const uint8_t * wb[8];
-            __m256i p[8];
+            __m256i p[NT][8];
             #pragma GCC unroll 8
             for (int i = 0; i < 8; ++i) {
                 wb[i] = w[i] + b * wbb;
-                p[i] = _mm256_maddubs_epi16(W::codes(wb[i]), xq);
+                const __m256i c = W::codes(wb[i]);
+                #pragma GCC unroll 3
+                for (int t = 0; t < NT; ++t) p[t][i] = _mm256_maddubs_epi16(c, xq[t]);
             }
-            const __m256i sumi = _mm256_sub_epi32(reduce8_pair_sums(p), _mm256_set1_epi32(offset_sum(xq)));
-            const __m256 d = _mm256_mul_ps(W::scales8(wb), _mm256_set1_ps(f16_at(x + b * xbb)));
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(sumi), d));
+            const __m256 dw = W::scales8(wb);
+            #pragma GCC unroll 3
+            for (int t = 0; t < NT; ++t) {
+                const __m256i sumi = _mm256_sub_epi32(reduce8_pair_sums(p[t]), _mm256_set1_epi32(offset_sum(xq[t])));
+                const __m256 d = _mm256_mul_ps(dw, _mm256_set1_ps(f16_at(x[t] + b * xbb)));
+                acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_cvtepi32_ps(sumi), d));
+            }
         }
-        return acc;
     }
 
     static float vec_dot(const uint8_t * w_row, const uint8_t * x_row, int64_t n) {

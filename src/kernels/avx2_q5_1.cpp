@@ -64,25 +64,32 @@ struct q5_1_kernel {
         return acc;
     }
 
-    static __m256 rows8(const uint8_t * const w[8], const uint8_t * x, int64_t nb, const uint8_t * next) {
-        __m256 acc = _mm256_setzero_ps();
+    template <int NT>
+    static void rows8(const uint8_t * const w[8], const uint8_t * const x[NT], int64_t nb, const uint8_t * next, __m256 acc[NT]) {
+        #pragma GCC unroll 3
+        for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
             if (next != nullptr) prefetch_span(next + b * 8 * wbb, 8 * wbb);
-            const uint8_t * xb = x + b * xbb;
             const uint8_t * wd[8];
-            const uint8_t * wm[8];
-            __m256i v[8];
+            __m256i v[NT][8];
             #pragma GCC unroll 8
             for (int i = 0; i < 8; ++i) {
                 const uint8_t * wb = w[i] + b * wbb;
                 wd[i] = wb + q5_1_off_d;
-                wm[i] = wb + q5_1_off_m;
-                v[i] = block_dot(codes(wb), xb);
+                const __m256i q = codes(wb);
+                #pragma GCC unroll 3
+                for (int t = 0; t < NT; ++t) v[t][i] = block_dot(q, x[t] + b * xbb);
             }
-            acc = accumulate(acc, gather_f16(wd), gather_f16(wm), _mm256_set1_ps(f16_at(xb + q8_1_off_d)),
-                             _mm256_set1_ps(f16_at(xb + q8_1_off_s)), reduce8(v));
+            __m256 dw, mw;
+            static_assert(q5_1_off_m == q5_1_off_d + 2);
+            gather_f16_pairs(wd, dw, mw);
+            #pragma GCC unroll 3
+            for (int t = 0; t < NT; ++t) {
+                const uint8_t * xb = x[t] + b * xbb;
+                acc[t] = accumulate(acc[t], dw, mw, _mm256_set1_ps(f16_at(xb + q8_1_off_d)), _mm256_set1_ps(f16_at(xb + q8_1_off_s)),
+                                    reduce8(v[t]));
+            }
         }
-        return acc;
     }
 };
 

@@ -139,35 +139,45 @@ struct superblock_kernel {
         return acc;
     }
 
-    // isum with the activation in the format's lane order (x_lanes, formed once per
-    // block for the eight rows of rows8): the same products, summed in another order.
+    // isum of one row for NT tokens, each group of the row's values unpacked once for
+    // all of them; with x_lanes, the activations in the format's lane order (formed once
+    // per block for the eight rows of rows8): the same products, summed in another order.
     static constexpr bool has_x_lanes = requires(const uint8_t * p, __m256i * v, const scales & sc) {
         W::x_lanes(p, v);
         W::group_lanes(p, 0, v);
         W::scale_lanes(sc, 0);
     };
-    static __m256i isum_lanes(const uint8_t * wb, const uint8_t * xb, const __m256i * xl, const scales & s,
-                              const __m256i * xbias) {
-        __m256i acc = _mm256_setzero_si256();
-        if constexpr (W::has_bias) acc = bias_sum(xb, xbias, s);
+    static constexpr int n_vectors = W::n_groups * W::per_group;
+    template <int NT>
+    static void isum_rows(const uint8_t * wb, const uint8_t * const xb[NT], const __m256i (*xl)[n_vectors], const scales & s,
+                          const __m256i * xbias, __m256i out[NT]) {
+        #pragma GCC unroll 3
+        for (int t = 0; t < NT; ++t) {
+            out[t] = W::has_bias ? bias_sum(xb[t], xbias != nullptr ? &xbias[t] : nullptr, s) : _mm256_setzero_si256();
+        }
         #pragma GCC unroll 8
         for (int g = 0; g < W::n_groups; ++g) {
             __m256i q[W::per_group];
-            W::group_lanes(wb, g, q);
+            if constexpr (has_x_lanes) {
+                W::group_lanes(wb, g, q);
+            } else {
+                W::group(wb, g, q);
+            }
             #pragma GCC unroll 8
             for (int k = 0; k < W::per_group; ++k) {
                 const int v = g * W::per_group + k;
-                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pair_sums<W>(q[k], xl[v]), W::scale_lanes(s, v)));
+                __m256i sv;
+                if constexpr (has_x_lanes) {
+                    sv = W::scale_lanes(s, v);
+                } else {
+                    sv = W::scale_vec(s, v);
+                }
+                #pragma GCC unroll 3
+                for (int t = 0; t < NT; ++t) {
+                    const __m256i xv = has_x_lanes ? xl[t][v] : loadu_256(xb[t] + q8_k_off_qs + 32 * v);
+                    out[t] = _mm256_add_epi32(out[t], _mm256_madd_epi16(pair_sums<W>(q[k], xv), sv));
+                }
             }
-        }
-        return acc;
-    }
-    static __m256i isum_row(const uint8_t * wb, const uint8_t * xb, const __m256i * xl, const scales & s,
-                            const __m256i * xbias) {
-        if constexpr (has_x_lanes) {
-            return isum_lanes(wb, xb, xl, s, xbias);
-        } else {
-            return isum(wb, xb, s, xbias);
         }
     }
 
@@ -260,49 +270,78 @@ struct superblock_kernel {
         return acc;
     }
 
-    // Rows are taken in pairs and their int32 partial sums folded with hadd at once
-    // (reduce8's tree, built as the rows finish), so that only a few of them are live:
-    // eight accumulators held to the end of the block spill to the stack.
-    static __m256 rows8(const uint8_t * const w[8], const uint8_t * x, int64_t nb, const uint8_t * next) {
-        __m256 acc = _mm256_setzero_ps();
+    // Rows are taken in pairs and their int32 partial sums folded at once (pair_sums,
+    // reduce8's first level, built as the rows finish), so that only a few are live:
+    // eight accumulators held to the end of the block spill to the stack. NT tokens
+    // (1 to 3) share each row's unpacked values.
+    template <int NT>
+    static void rows8(const uint8_t * const w[8], const uint8_t * const x[NT], int64_t nb, const uint8_t * next, __m256 acc[NT]) {
+        #pragma GCC unroll 3
+        for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
             if (next != nullptr) prefetch_span(next + b * 8 * wbb, 8 * wbb);
-            const uint8_t * xb = x + b * xbb;
-            const uint8_t * wd[8];
-            const uint8_t * wm[8];
-            __m256i is_pairs[4], im_pairs[4];
-            __m256i xbias_v = _mm256_setzero_si256();
-            if constexpr (has_x_bias) xbias_v = W::x_bias(xb);
-            const __m256i * xbias = has_x_bias ? &xbias_v : nullptr;
-            __m256i bsums_eo_v = _mm256_setzero_si256();
-            if constexpr (has_x_mins) bsums_eo_v = bsums_even_odd(xb);
-            const __m256i * bsums_eo = has_x_mins ? &bsums_eo_v : nullptr;
-            __m256i xl[W::n_groups * W::per_group];
-            if constexpr (has_x_lanes) W::x_lanes(xb, xl);
+            const uint8_t * xb[NT];
+            __m256i xbias_v[NT], bsums_eo[NT];
+            __m256i xl[has_x_lanes ? NT : 1][n_vectors];
+            #pragma GCC unroll 3
+            for (int t = 0; t < NT; ++t) {
+                xb[t] = x[t] + b * xbb;
+                if constexpr (has_x_bias) xbias_v[t] = W::x_bias(xb[t]);
+                if constexpr (has_x_mins) bsums_eo[t] = bsums_even_odd(xb[t]);
+                if constexpr (has_x_lanes) W::x_lanes(xb[t], xl[t]);
+            }
+            const __m256i * xbias = has_x_bias ? xbias_v : nullptr;
+            __m256i is_pairs[NT][4], im_pairs[NT][4];
             #pragma GCC unroll 4
             for (int i = 0; i < 8; i += 2) {
                 const uint8_t * wb0 = w[i] + b * wbb;
                 const uint8_t * wb1 = w[i + 1] + b * wbb;
-                wd[i] = wb0 + W::off_d;
-                wd[i + 1] = wb1 + W::off_d;
-                wm[i] = W::has_min ? wb0 + W::off_dmin : wd[i];
-                wm[i + 1] = W::has_min ? wb1 + W::off_dmin : wd[i + 1];
                 const scales s0 = W::load_scales(wb0);
                 const scales s1 = W::load_scales(wb1);
-                is_pairs[i / 2] = _mm256_hadd_epi32(isum_row(wb0, xb, xl, s0, xbias), isum_row(wb1, xb, xl, s1, xbias));
-                if constexpr (W::has_min) im_pairs[i / 2] = _mm256_hadd_epi32(imin(xb, s0, bsums_eo), imin(xb, s1, bsums_eo));
+                __m256i is0[NT], is1[NT];
+                isum_rows<NT>(wb0, xb, xl, s0, xbias, is0);
+                isum_rows<NT>(wb1, xb, xl, s1, xbias, is1);
+                #pragma GCC unroll 3
+                for (int t = 0; t < NT; ++t) {
+                    is_pairs[t][i / 2] = pair_sums(is0[t], is1[t]);
+                    if constexpr (W::has_min) {
+                        const __m256i * eo = has_x_mins ? &bsums_eo[t] : nullptr;
+                        im_pairs[t][i / 2] = pair_sums(imin(xb[t], s0, eo), imin(xb[t], s1, eo));
+                    }
+                }
             }
             __m256 dw, dminw;
-            if constexpr (W::has_min && W::off_dmin == W::off_d + 2) {
-                gather_f16_pairs(wd, dw, dminw);
-            } else {
-                dw = gather_f16(wd);
-                dminw = W::has_min ? gather_f16(wm) : _mm256_setzero_ps();
+            row_scales(w, b, dw, dminw);
+            #pragma GCC unroll 3
+            for (int t = 0; t < NT; ++t) {
+                acc[t] = accumulate(acc[t], dw, dminw, _mm256_set1_ps(load_f32(xb[t] + q8_k_off_d)), reduce_pairs(is_pairs[t]),
+                                    W::has_min ? reduce_pairs(im_pairs[t]) : _mm256_setzero_si256());
             }
-            acc = accumulate(acc, dw, dminw, _mm256_set1_ps(load_f32(xb + q8_k_off_d)), reduce_pairs(is_pairs),
-                             W::has_min ? reduce_pairs(im_pairs) : _mm256_setzero_si256());
         }
-        return acc;
+    }
+
+    // d_w (and dmin_w) of block b of the eight rows w.
+    static void row_scales(const uint8_t * const w[8], int64_t b, __m256 & dw, __m256 & dminw) {
+        const uint8_t * wd[8];
+        const uint8_t * wm[8];
+        #pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) {
+            wd[i] = w[i] + b * wbb + W::off_d;
+            wm[i] = W::has_min ? w[i] + b * wbb + W::off_dmin : wd[i];
+        }
+        if constexpr (W::has_min && W::off_dmin == W::off_d + 2) {
+            gather_f16_pairs(wd, dw, dminw);
+        } else if constexpr (!W::has_min && W::off_d + 2 == W::block_bytes) {
+            // d ends the block: read the 4 bytes that end with it.
+            const uint8_t * before[8];
+            #pragma GCC unroll 8
+            for (int i = 0; i < 8; ++i) before[i] = wd[i] - 2;
+            dw = gather_f16_high(before);
+            dminw = _mm256_setzero_ps();
+        } else {
+            dw = gather_f16(wd);
+            dminw = W::has_min ? gather_f16(wm) : _mm256_setzero_ps();
+        }
     }
 
     static float vec_dot(const uint8_t * w_row, const uint8_t * x_row, int64_t n) {

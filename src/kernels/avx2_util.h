@@ -56,30 +56,42 @@ inline __m128i loadu_128(const uint8_t * p) { return _mm_loadu_si128(reinterpret
 // Exact f16 -> f32 (F16C), for a scale field.
 inline float f16_at(const uint8_t * p) { return _cvtsh_ss(load_u16(p)); }
 
-// The f16 fields at p[0] .. p[7], converted.
-inline __m256 gather_f16(const uint8_t * const p[8]) {
-    const __m128i h = _mm_setr_epi16(static_cast<int16_t>(load_u16(p[0])), static_cast<int16_t>(load_u16(p[1])),
-                                     static_cast<int16_t>(load_u16(p[2])), static_cast<int16_t>(load_u16(p[3])),
-                                     static_cast<int16_t>(load_u16(p[4])), static_cast<int16_t>(load_u16(p[5])),
-                                     static_cast<int16_t>(load_u16(p[6])), static_cast<int16_t>(load_u16(p[7])));
-    return _mm256_cvtph_ps(h);
+// The two f16 fields in the 4 bytes at each of p[0] .. p[7] (the f16 at p[i] in lane i
+// of lo, the one at p[i] + 2 in lane i of hi): one load per pointer straight into a
+// vector register, then unpacks. Building the vector from general registers (a
+// vpinsrw or vpinsrd per field) costs several times as much on the CPUs measured.
+inline void gather_f16_halves(const uint8_t * const p[8], __m128i & lo, __m128i & hi) {
+    __m128i w[4];
+    #pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) w[k] = _mm_unpacklo_epi16(_mm_loadu_si32(p[2 * k]), _mm_loadu_si32(p[2 * k + 1]));
+    // w[k] = [lo 2k, lo 2k+1, hi 2k, hi 2k+1, 0, ...] (16-bit lanes)
+    const __m128i a = _mm_unpacklo_epi32(w[0], w[1]);  // [lo 0-3, hi 0-3]
+    const __m128i b = _mm_unpacklo_epi32(w[2], w[3]);  // [lo 4-7, hi 4-7]
+    lo = _mm_unpacklo_epi64(a, b);
+    hi = _mm_unpackhi_epi64(a, b);
 }
 
-// Two adjacent f16 fields, at p[i] and p[i] + 2, of eight blocks: one 32-bit load per
-// block instead of two 16-bit inserts, then the halves are sorted apart.
+// The f16 fields at p[0] .. p[7], converted (the 2 bytes after each are read too:
+// callers' fields are never a buffer's last bytes).
+inline __m256 gather_f16(const uint8_t * const p[8]) {
+    __m128i lo, hi;
+    gather_f16_halves(p, lo, hi);
+    return _mm256_cvtph_ps(lo);
+}
+
+// The f16 fields at p[0] + 2 .. p[7] + 2, converted (for a field that ends its block).
+inline __m256 gather_f16_high(const uint8_t * const p[8]) {
+    __m128i lo, hi;
+    gather_f16_halves(p, lo, hi);
+    return _mm256_cvtph_ps(hi);
+}
+
+// Two adjacent f16 fields, at p[i] and p[i] + 2, of eight blocks.
 inline void gather_f16_pairs(const uint8_t * const p[8], __m256 & first, __m256 & second) {
-    uint32_t u[8];
-    #pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) std::memcpy(&u[i], p[i], 4);
-    const __m256i v = _mm256_setr_epi32(static_cast<int32_t>(u[0]), static_cast<int32_t>(u[1]), static_cast<int32_t>(u[2]),
-                                        static_cast<int32_t>(u[3]), static_cast<int32_t>(u[4]), static_cast<int32_t>(u[5]),
-                                        static_cast<int32_t>(u[6]), static_cast<int32_t>(u[7]));
-    // Per lane: the four low halves, then the four high halves.
-    const __m256i split = _mm256_shuffle_epi8(v, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
-                                                                   0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15));
-    const __m256i sorted = _mm256_permute4x64_epi64(split, 0xd8);  // [8 low halves | 8 high halves]
-    first = _mm256_cvtph_ps(_mm256_castsi256_si128(sorted));
-    second = _mm256_cvtph_ps(_mm256_extracti128_si256(sorted, 1));
+    __m128i lo, hi;
+    gather_f16_halves(p, lo, hi);
+    first = _mm256_cvtph_ps(lo);
+    second = _mm256_cvtph_ps(hi);
 }
 
 // The f32 fields at p[0] .. p[7].
@@ -88,21 +100,27 @@ inline __m256 gather_f32(const uint8_t * const p[8]) {
                           load_f32(p[5]), load_f32(p[6]), load_f32(p[7]));
 }
 
-// reduce8 from its first level, p[k] = hadd(v[2k], v[2k + 1]) (callers that fold rows
-// as they finish keep fewer vectors live).
+// The first level of reduce8 for two vectors a, b: per 128-bit lane [a0 + a2, b0 + b2,
+// a1 + a3, b1 + b3]. Callers that fold rows as they finish keep fewer vectors live.
+// (reduce8 is built from unpacks and adds: vphaddd costs several times as much on
+// the CPUs measured.)
+inline __m256i pair_sums(__m256i a, __m256i b) {
+    return _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+}
+
+// reduce8 from its first level, p[k] = pair_sums(v[2k], v[2k + 1]).
 inline __m256i reduce_pairs(const __m256i p[4]) {
-    const __m256i ab = _mm256_hadd_epi32(p[0], p[1]);  // [v0..v3 low halves | v0..v3 high halves]
-    const __m256i cd = _mm256_hadd_epi32(p[2], p[3]);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20), _mm256_permute2x128_si256(ab, cd, 0x31));
+    // Per 128-bit lane: [v0, v1, v2, v3] (then v4 .. v7) summed over that lane.
+    const __m256i t0 = _mm256_add_epi32(_mm256_unpacklo_epi64(p[0], p[1]), _mm256_unpackhi_epi64(p[0], p[1]));
+    const __m256i t1 = _mm256_add_epi32(_mm256_unpacklo_epi64(p[2], p[3]), _mm256_unpackhi_epi64(p[2], p[3]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(t0, t1, 0x20), _mm256_permute2x128_si256(t0, t1, 0x31));
 }
 
 // [sum of v0's lanes, ..., sum of v7's lanes]. Integer adds are exact (callers keep
 // sums far from overflow), so the pairing order does not matter.
 inline __m256i reduce8(__m256i v0, __m256i v1, __m256i v2, __m256i v3, __m256i v4, __m256i v5, __m256i v6,
                        __m256i v7) {
-    // hadd(v0, v1) = [v0 01, v0 23, v1 01, v1 23 | v0 45, v0 67, v1 45, v1 67]
-    const __m256i p[4] = {_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3), _mm256_hadd_epi32(v4, v5),
-                          _mm256_hadd_epi32(v6, v7)};
+    const __m256i p[4] = {pair_sums(v0, v1), pair_sums(v2, v3), pair_sums(v4, v5), pair_sums(v6, v7)};
     return reduce_pairs(p);
 }
 
@@ -211,17 +229,19 @@ inline void prefetch_span(const uint8_t * p, size_t n_bytes) {
 //     prepare(group, x[8], b0, b1) (e.g. their scales as a vector)
 //   __m256 tokens8(w_row, x[8], group, b0, b1, acc): continues acc (lane i = token i)
 //     over blocks [b0, b1) of one weight row
-//   __m256 rows8(w[8], x, nb, next): the outputs of eight weight rows and one token;
-//     while it works it prefetches the next eight rows, next[0, 8 * nb * w_block_bytes)
-//     (null: none), because eight short interleaved row streams are more than the
-//     hardware prefetcher follows well, and decode is bound by this memory traffic
+//   rows8<NT>(w[8], x[NT], nb, next, out[NT]): the outputs of eight weight rows and NT
+//     tokens (1 to 3), each row's values unpacked once for all of them; while it works
+//     it prefetches the next eight rows, next[0, 8 * nb * w_block_bytes) (null: none),
+//     because eight short interleaved row streams are more than the hardware
+//     prefetcher follows well, and decode is bound by this memory traffic
 //
 // Full groups of 8 tokens use tokens8, so each weight block is unpacked once for eight
-// tokens; so do the last 3 to 7 tokens, as one group whose missing tokens repeat the
+// tokens; so do the last 4 to 7 tokens, as one group whose missing tokens repeat the
 // last one (their lanes are dropped): a batched decode step of a few lanes then reads
-// each weight row once instead of once per token. A group of 3 or 4 runs the kernel's
-// 4-token variant where it has one (its lanes 4-7 repeat 0-3), at about half the cost. One or two remaining tokens use
-// rows8 (decode is one token), which is cheaper for them. Which lane a token takes
+// each weight row once instead of once per token. A group of 4 runs the kernel's
+// 4-token variant where it has one (its lanes 4-7 repeat 0-3), at about half the cost.
+// One to three remaining tokens use rows8 (decode is one token), which is cheaper for
+// them. Which lane a token takes
 // cannot change its bits (one output per lane). Blocks are taken in chunks
 // so that per-token-group data stays small; the partial sums between chunks are kept
 // in y itself (a float stored and reloaded is unchanged).
@@ -230,11 +250,36 @@ inline void prefetch_span(const uint8_t * p, size_t n_bytes) {
 template <typename K>
 constexpr bool k_has_tokens4 = requires { &K::template tokens8<4>; };
 
+// Rows 8 at a time for NT tokens (x[i] their activation rows), outputs y[i * y_stride + r].
+// Not inlined: in a function of its own each NT gets all the registers (inlined into
+// mul_tile_driver next to the others, the one-token superblock loop spilled more and
+// ran up to a fifth slower).
+template <typename K, int NT>
+[[gnu::noinline]] void rows8_tile(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * const x[NT], int64_t nb, float * y,
+                int64_t y_stride) {
+    for (int64_t r = 0; r < n_rows; r += 8) {
+        const uint8_t * rows[8];
+        // Missing rows of the last group repeat the last row; their lanes are dropped.
+        for (int64_t i = 0; i < 8; ++i) rows[i] = w + static_cast<size_t>(r + i < n_rows ? r + i : n_rows - 1) * w_row_bytes;
+        const uint8_t * next = r + 8 < n_rows ? w + static_cast<size_t>(r + 8) * w_row_bytes : nullptr;
+        __m256 out[NT];
+        K::template rows8<NT>(rows, x, nb, next, out);
+        #pragma GCC unroll 3
+        for (int i = 0; i < NT; ++i) {
+            if (r + 8 <= n_rows) {
+                _mm256_storeu_ps(y + i * y_stride + r, out[i]);
+            } else {
+                scatter_lanes(out[i], y + i * y_stride + r, 1, n_rows - r);
+            }
+        }
+    }
+}
+
 template <typename K>
 void mul_tile_driver(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
                      int64_t n_tokens, int64_t n, float * y, int64_t y_stride) {
     const int64_t nb = n / K::block_elems;
-    constexpr int64_t k_min_padded_group = 3;
+    constexpr int64_t k_min_padded_group = 4;
     int64_t t = 0;
     while (n_tokens - t >= k_min_padded_group) {
         const int64_t m = n_tokens - t < 8 ? n_tokens - t : 8;  // tokens of this group
@@ -259,20 +304,16 @@ void mul_tile_driver(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, cons
         }
         t += m;
     }
-    for (; t < n_tokens; ++t) {
-        const uint8_t * x = xq + static_cast<size_t>(t) * xq_row_bytes;
-        float * yt = y + t * y_stride;
-        for (int64_t r = 0; r < n_rows; r += 8) {
-            const uint8_t * rows[8];
-            // Missing rows of the last group repeat the last row; their lanes are dropped.
-            for (int64_t i = 0; i < 8; ++i) rows[i] = w + static_cast<size_t>(r + i < n_rows ? r + i : n_rows - 1) * w_row_bytes;
-            const uint8_t * next = r + 8 < n_rows ? w + static_cast<size_t>(r + 8) * w_row_bytes : nullptr;
-            const __m256 out = K::rows8(rows, x, nb, next);
-            if (r + 8 <= n_rows) {
-                _mm256_storeu_ps(yt + r, out);
-            } else {
-                scatter_lanes(out, yt + r, 1, n_rows - r);
-            }
+    if (t < n_tokens) {
+        const int64_t m = n_tokens - t;  // 1 to 3
+        const uint8_t * x[3];
+        for (int64_t i = 0; i < 3; ++i) x[i] = xq + static_cast<size_t>(t + (i < m ? i : 0)) * xq_row_bytes;
+        if (m == 1) {
+            rows8_tile<K, 1>(w, w_row_bytes, n_rows, x, nb, y + t * y_stride, y_stride);
+        } else if (m == 2) {
+            rows8_tile<K, 2>(w, w_row_bytes, n_rows, x, nb, y + t * y_stride, y_stride);
+        } else {
+            rows8_tile<K, 3>(w, w_row_bytes, n_rows, x, nb, y + t * y_stride, y_stride);
         }
     }
 }

@@ -12,7 +12,11 @@
 //                  float min(wb), m_w
 //   __m256i codes(const uint8_t * wb)   the 32 codes of a block in value order
 //   float scale(const uint8_t * wb)     d_w, exactly as the scalar reference reads it
-//   rest           the AVX2 tile of the format, for the tokens left after the groups
+//   rest           the AVX2 tile of the format, for rows decode leaves (avx512_util.h)
+// and for decode (rows16 below):
+//   __m512i codes2(wb0, wb1)   the codes of two blocks, wb0's in the low 256 bits
+//   off_scale      where in a block the 4 bytes holding its scale field(s) start
+//   void scales16(words, d, m)  16 such dwords (one per row) to d_w (and Q5_1's m_w)
 // Integer sums: vpdpbusd of the codes (u8) with the activation codes (s8), exact
 // (|sum| <= 32 * 255 * 128), minus (1 << offset_shift) * sum(q_x); the float step runs
 // one output per lane, so results equal the reference's bit for bit.
@@ -115,6 +119,91 @@ struct block32_kernel {
         W::rest(w, w_row_bytes, n_rows, xq, xq_row_bytes, n_tokens, n, y, y_stride);
     }
 
+    // Decode (avx512_util.h's decode_tile): blocks b and b + 1 of a row in one vector
+    // (W::codes2), so that one vpdpbusd per row and token covers 64 values, and the
+    // reduction of 16 rows yields both blocks' sums (reduce16_pairs). The offset enters
+    // as the starting value of every row's sums: -(1 << offset_shift) * sum(q_x) of
+    // each block, formed once per token and block pair. An odd last block is paired
+    // with itself and its second result dropped.
+    template <int NT>
+    static void rows16(const row_group & rows, const uint8_t * const x[NT], int64_t nb, const uint8_t * next, __m512 acc[NT]) {
+        #pragma GCC unroll 3
+        for (int i = 0; i < NT; ++i) acc[i] = _mm512_setzero_ps();
+        int64_t b = 0;
+        for (; b + 2 <= nb; b += 2) {
+            if (next != nullptr) prefetch_span(next + b * 16 * wbb, 32 * wbb);
+            block_pair<NT, true>(rows, x, b, acc);
+        }
+        if (b < nb) block_pair<NT, false>(rows, x, b, acc);
+    }
+
+    // Blocks b and b + 1 (Pair), or block b alone (taken twice, the copy dropped), of
+    // the 16 rows (in two halves of 8, row_group's addressing).
+    template <int NT, bool Pair>
+    [[gnu::always_inline]] static void block_pair(const row_group & rows, const uint8_t * const x[NT], int64_t b, __m512 acc[NT]) {
+        constexpr int64_t step = Pair ? static_cast<int64_t>(wbb) : 0;  // block b + 1 from block b
+        const int64_t b1 = Pair ? b + 1 : b;
+        const int64_t off = b * static_cast<int64_t>(wbb);
+        const __m512i ones = _mm512_set1_epi8(1);
+        __m512i xv[NT], start[NT];
+        #pragma GCC unroll 3
+        for (int i = 0; i < NT; ++i) {
+            xv[i] = _mm512_inserti64x4(_mm512_castsi256_si512(loadu_256(x[i] + b * xbb + x_off_qs)),
+                                       loadu_256(x[i] + b1 * xbb + x_off_qs), 1);
+            if constexpr (W::offset_shift >= 0) {
+                start[i] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                            _mm512_slli_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, xv[i]), W::offset_shift));
+            } else {
+                start[i] = _mm512_setzero_si512();
+            }
+        }
+        dword_collector16 scale[2];  // blocks b, b + 1
+        reduce16_pairs red[NT];
+        __m512i halves[NT][2];
+        for_row_pairs(
+            rows, off,
+            [&](int k, const uint8_t * p0, const uint8_t * p1) __attribute__((always_inline)) {
+                scale[0].add_pair(k, p0 + W::off_scale, p1 + W::off_scale);
+                if constexpr (Pair) scale[1].add_pair(k, p0 + step + W::off_scale, p1 + step + W::off_scale);
+                const __m512i c0 = W::codes2(p0, p0 + step), c1 = W::codes2(p1, p1 + step);
+                #pragma GCC unroll 3
+                for (int i = 0; i < NT; ++i) {
+                    red[i].add_pair(k, _mm512_dpbusd_epi32(start[i], c0, xv[i]), _mm512_dpbusd_epi32(start[i], c1, xv[i]));
+                }
+            },
+            [&](int h, int q) __attribute__((always_inline)) {
+                scale[0].add_quad(2 * h + q);
+                if constexpr (Pair) scale[1].add_quad(2 * h + q);
+                #pragma GCC unroll 3
+                for (int i = 0; i < NT; ++i) red[i].add_quad(q);
+            },
+            [&](int h) __attribute__((always_inline)) {
+                #pragma GCC unroll 3
+                for (int i = 0; i < NT; ++i) halves[i][h] = red[i].half();
+            });
+        __m512 dw[2], mw[2];
+        W::scales16(scale[0].vec(), dw[0], mw[0]);
+        if constexpr (Pair) W::scales16(scale[1].vec(), dw[1], mw[1]);
+        #pragma GCC unroll 3
+        for (int i = 0; i < NT; ++i) {
+            __m512i sumi[2];
+            reduce16_pairs::finish(halves[i][0], halves[i][1], sumi[0], sumi[1]);
+            #pragma GCC unroll 2
+            for (int h = 0; h < (Pair ? 2 : 1); ++h) {
+                const uint8_t * xb = x[i] + (b + h) * xbb;
+                const __m512 d = _mm512_mul_ps(dw[h], _mm512_set1_ps(f16_at(xb)));
+                if constexpr (with_q8_1) {
+                    // Reference: d = d_w * d_x; m = m_w * s_x; sum += d * (float)sumi + m.
+                    const __m512 m = _mm512_mul_ps(mw[h], _mm512_set1_ps(f16_at(xb + q8_1_off_s)));
+                    acc[i] = _mm512_add_ps(acc[i], _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(sumi[h])), m));
+                } else {
+                    // Reference: d = d_w * d_x; sum += (float)sumi * d.
+                    acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(_mm512_cvtepi32_ps(sumi[h]), d));
+                }
+            }
+        }
+    }
+
     static float vec_dot(const uint8_t * w_row, const uint8_t * x_row, int64_t n) {
         const __m256i ones = _mm256_set1_epi8(1);
         float sum = 0.0f;
@@ -155,6 +244,28 @@ inline __m256i q5_high_bits(const uint8_t * qh) {
 // 16 table entries (bytes) looked up by 32 indices < 16.
 inline __m256i lookup16(const uint8_t * table, __m256i idx) {
     return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(loadu_128(table)), idx);
+}
+
+// Decode's forms (block32_kernel::rows16), for blocks at p0 and p1 in one vector:
+// the nibbles of 16 bytes at each, in value order (p0's block in the low 256 bits).
+inline __m512i unpack_nibbles_2x32(const uint8_t * p0, const uint8_t * p1) {
+    const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(loadu_128(p0))),
+                                         _mm256_broadcastsi128_si256(loadu_128(p1)), 1);
+    return _mm512_and_si512(_mm512_srlv_epi64(q, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0x0f));
+}
+
+// Q5_0 / Q5_1 codes of two blocks: the nibbles plus 0x10 where the blocks' qh bits
+// (bit j of `high`: value j of the pair) are set.
+inline __m512i q5_codes_2x32(__m512i nib, __mmask64 high) { return _mm512_mask_add_epi8(nib, high, nib, _mm512_set1_epi8(0x10)); }
+
+inline __m512i lookup16_x4(const uint8_t * table, __m512i idx) {
+    return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(loadu_128(table)), idx);
+}
+
+// The f16 scales in the low halves of 16 dwords (d), and in the high halves (Q5_1's m).
+inline void f16_scales(__m512i words, __m512 & d, __m512 & m) {
+    d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words));
+    m = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(words, 16)));
 }
 
 }  // namespace

@@ -24,6 +24,11 @@ struct iq4_nl_format {
     static constexpr int offset_shift = 7;
     static __m256i codes(const uint8_t * wb) { return lookup16(k_codes.v, unpack_nibbles_32(wb + iq4_nl_off_qs)); }
     static float scale(const uint8_t * wb) { return f16_at(wb + iq4_nl_off_d); }
+    static constexpr size_t off_scale = iq4_nl_off_d;
+    static __m512i codes2(const uint8_t * wb0, const uint8_t * wb1) {
+        return lookup16_x4(k_codes.v, unpack_nibbles_2x32(wb0 + iq4_nl_off_qs, wb1 + iq4_nl_off_qs));
+    }
+    static void scales16(__m512i words, __m512 & d, __m512 & m) { f16_scales(words, d, m); }
     static constexpr auto rest = avx2::mul_tile_iq4_nl_q8_0;
 };
 

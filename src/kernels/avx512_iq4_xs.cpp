@@ -53,6 +53,70 @@ struct iq4_xs_format {
         }
     }
     static constexpr auto rest = avx2::mul_tile_iq4_xs_q8_k;
+
+    // Decode (superblock_kernel::rows16): codes are table + 128 (up to 241, beyond
+    // maddubs's int16 pairs), so the sums are vpdpbusd's, per sub-block; a 64-byte load
+    // of qs holds sub-blocks 4h .. 4h + 3, one per 128-bit lane, their first 16 values
+    // in the low nibbles (lo[h]) and the other 16 in the high nibbles (hi[h]). The
+    // activation is rearranged to match once per block, and the -128 enters as the
+    // starting value of each sub-block's sum: -128 * the sum of its activation codes.
+    // The sums are then multiplied by their scales (vpmulld, exact: |32 * 241 * 128 *
+    // 32| < 2^31).
+    struct decode_x {
+        __m512i lo[2], hi[2];
+        __m512i start[2];
+    };
+    [[gnu::always_inline]] static void x_decode(const uint8_t * xb, decode_x & xd) {
+        const __m512i ones = _mm512_set1_epi8(1);
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+            const __m512i a = loadu_512(xb + q8_k_off_qs + 128 * h);       // sub-blocks 4h, 4h + 1
+            const __m512i b = loadu_512(xb + q8_k_off_qs + 128 * h + 64);  // 4h + 2, 4h + 3
+            xd.lo[h] = _mm512_shuffle_i64x2(a, b, 0x88);
+            xd.hi[h] = _mm512_shuffle_i64x2(a, b, 0xdd);
+            const __m512i sum = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, xd.lo[h]), ones, xd.hi[h]);
+            xd.start[h] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));
+        }
+    }
+    template <int NT>
+    [[gnu::always_inline]] static void row_decode(const uint8_t * wb, const decode_x * xd, __m512i * out) {
+        // ls_j - 32 per 32-bit lane j, then each 128-bit lane h's four dwords the
+        // scale of sub-block 4h' + (lane) (h' = which half of qs).
+        const uint32_t l = load_u32(wb + iq4_xs_off_scales_l);
+        const uint32_t hbits = load_u16(wb + iq4_xs_off_scales_h);
+        const __m256i low = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int32_t>(l)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                                             _mm256_set1_epi32(0x0f));
+        const __m256i high = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int32_t>(hbits)), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                                              _mm256_set1_epi32(3));
+        const __m512i ls = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_or_si256(low, _mm256_slli_epi32(high, 4)), _mm256_set1_epi32(32)));
+        const __m512i table = _mm512_broadcast_i32x4(loadu_128(k_codes.v));
+        const __m512i low4 = _mm512_set1_epi8(0x0f);
+        __m512i lo[2], hi[2], sc[2];
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+            const __m512i q = loadu_512(wb + iq4_xs_off_qs + 64 * h);
+            lo[h] = _mm512_shuffle_epi8(table, _mm512_and_si512(q, low4));
+            hi[h] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
+            sc[h] = _mm512_permutexvar_epi32(_mm512_setr_epi32(4 * h, 4 * h, 4 * h, 4 * h, 4 * h + 1, 4 * h + 1, 4 * h + 1, 4 * h + 1,
+                                                               4 * h + 2, 4 * h + 2, 4 * h + 2, 4 * h + 2, 4 * h + 3, 4 * h + 3, 4 * h + 3, 4 * h + 3),
+                                             ls);
+        }
+        #pragma GCC unroll 3
+        for (int i = 0; i < NT; ++i) {
+            __m512i acc = _mm512_setzero_si512();
+            #pragma GCC unroll 2
+            for (int h = 0; h < 2; ++h) {
+                const __m512i p = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(xd[i].start[h], lo[h], xd[i].lo[h]), hi[h], xd[i].hi[h]);
+                acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(p, sc[h]));
+            }
+            out[i] = acc;
+        }
+    }
+    static constexpr size_t off_scale = iq4_xs_off_d;
+    static void scales16(__m512i words, __m512 & d, __m512 & dmin) {
+        d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words));
+        dmin = d;
+    }
 };
 
 using kernel = superblock_kernel<iq4_xs_format>;

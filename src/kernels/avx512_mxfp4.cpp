@@ -30,6 +30,19 @@ struct mxfp4_format {
         std::memcpy(&d, &bits, 4);
         return d;
     }
+    static constexpr size_t off_scale = mxfp4_off_e;  // the exponent byte (and 3 code bytes)
+    static __m512i codes2(const uint8_t * wb0, const uint8_t * wb1) {
+        return lookup16_x4(k_codes.v, unpack_nibbles_2x32(wb0 + mxfp4_off_qs, wb1 + mxfp4_off_qs));
+    }
+    // mxfp4_scale_bits per lane: e < 2 gives 0x00200000 << e, else (e - 1) << 23.
+    static void scales16(__m512i words, __m512 & d, __m512 & m) {
+        const __m512i e = _mm512_and_si512(words, _mm512_set1_epi32(0xff));
+        const __mmask16 small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+        const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+        const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+        d = _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, sub));
+        m = d;
+    }
     static constexpr auto rest = avx2::mul_tile_mxfp4_q8_0;
 };
 

@@ -40,6 +40,33 @@ struct q2_k_format {
         for (int k = 0; k < 8; ++k) pair[k] = static_cast<uint32_t>(s[2 * k] >> 4) | static_cast<uint32_t>(s[2 * k + 1] >> 4) << 16;
     }
     static constexpr auto rest = avx2::mul_tile_q2_k_q8_k;
+
+    // Decode (superblock_kernel::rows16): the activation in crumbs_x_decode's order.
+    using decode_x = min_decode_x;
+    [[gnu::always_inline]] static void x_decode(const uint8_t * xb, decode_x & xd) {
+        crumbs_x_decode(xb, xd.q);
+        xd.bsums = loadu_256(xb + q8_k_off_bsums);
+    }
+    // min_row_sums of the codes (pairs within 2 * 3 * 128), each lane's scale (vpermw
+    // from the 16 scales) and the mins.
+    template <int NT>
+    [[gnu::always_inline]] static void row_decode(const uint8_t * wb, const decode_x * xd, __m512i * out) {
+        const __m256i raw = _mm256_cvtepu8_epi16(loadu_128(wb + q2_k_off_scales));
+        const __m512i sc = _mm512_zextsi256_si512(_mm256_and_si256(raw, _mm256_set1_epi16(0x0f)));
+        const __m256i m = _mm256_srli_epi16(raw, 4);
+        const __m512i qs = loadu_512(wb + q2_k_off_qs);
+        const __m512i three = _mm512_set1_epi8(3);
+        __m512i c[4], mult[4];
+        #pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+            c[k] = _mm512_and_si512(k == 0 ? qs : _mm512_srli_epi16(qs, 2 * k), three);
+            mult[k] = _mm512_permutexvar_epi16(word_index(2 * k, 2 * k + 1, 8 + 2 * k, 9 + 2 * k), sc);
+        }
+        min_row_sums<NT>(c, mult, m, xd, out);
+    }
+    static_assert(q2_k_off_dmin == q2_k_off_d + 2);
+    static constexpr size_t off_scale = q2_k_off_d;  // d, then dmin
+    static void scales16(__m512i words, __m512 & d, __m512 & dmin) { f16_pairs(words, d, dmin); }
 };
 
 using kernel = superblock_kernel<q2_k_format>;

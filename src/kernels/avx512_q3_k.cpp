@@ -53,6 +53,49 @@ struct q3_k_format {
         }
     }
     static constexpr auto rest = avx2::mul_tile_q3_k_q8_k;
+
+    // Decode (superblock_kernel::rows16): the activation in crumbs_x_decode's order,
+    // q[k] = values [32k, 32k + 32) and [128 + 32k, 160 + 32k); their high bits are bits
+    // k and 4 + k of hmask (broadcast to both halves), added where vptestmb finds them.
+    // The -4 enters as -4 * bsums (within int16) times the scales.
+    using decode_x = bias_decode_x;  // bias: -4 * bsums
+    [[gnu::always_inline]] static void x_decode(const uint8_t * xb, decode_x & xd) {
+        crumbs_x_decode(xb, xd.q);
+        xd.bias = _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(loadu_256(xb + q8_k_off_bsums), 2)));
+    }
+    // The 16 scales s_j - 32 as int16 (blocks.h): low 4 bits from nibble j / 8 of byte
+    // j % 8, high 2 bits from bits 2 (j / 4) of byte 8 + j % 4; in general registers,
+    // 8 sub-blocks per 64-bit word.
+    static __m256i scales_i16(const uint8_t * wb) {
+        const uint8_t * s = wb + q3_k_off_scales;
+        uint64_t a;
+        std::memcpy(&a, s, 8);
+        const uint32_t c = load_u32(s + 8);
+        const uint64_t m2 = 0x03030303u;
+        const uint64_t lo = (a & 0x0f0f0f0f0f0f0f0full) | ((c & m2) | ((c >> 2) & m2) << 32) << 4;
+        const uint64_t hi = ((a >> 4) & 0x0f0f0f0f0f0f0f0full) | (((c >> 4) & m2) | ((c >> 6) & m2) << 32) << 4;
+        const __m256i s16 = _mm256_cvtepu8_epi16(_mm_set_epi64x(static_cast<int64_t>(hi), static_cast<int64_t>(lo)));
+        return _mm256_sub_epi16(s16, _mm256_set1_epi16(32));
+    }
+    template <int NT>
+    [[gnu::always_inline]] static void row_decode(const uint8_t * wb, const decode_x * xd, __m512i * out) {
+        const __m512i sc = _mm512_zextsi256_si512(scales_i16(wb));
+        const __m512i qs = loadu_512(wb + q3_k_off_qs);
+        const __m512i hm = _mm512_broadcast_i64x4(loadu_256(wb + q3_k_off_hmask));
+        const __m512i three = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+        __m512i c[4], mult[4];
+        #pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+            const __m512i low = _mm512_and_si512(k == 0 ? qs : _mm512_srli_epi16(qs, 2 * k), three);
+            c[k] = _mm512_mask_add_epi8(low, _mm512_test_epi8_mask(hm, bit_pair(k, 4 + k)), low, four);
+            mult[k] = _mm512_permutexvar_epi16(word_index(2 * k, 2 * k + 1, 8 + 2 * k, 9 + 2 * k), sc);
+        }
+        bias_row_sums<NT>(c, mult, sc, xd, out);
+    }
+    // d is the block's last field: its dword starts 2 bytes before it.
+    static constexpr size_t off_scale = q3_k_off_d - 2;
+    static_assert(q3_k_off_d + 2 == block_bytes);
+    static void scales16(__m512i words, __m512 & d, __m512 & dmin) { f16_ending_scales(words, d, dmin); }
 };
 
 using kernel = superblock_kernel<q3_k_format>;

@@ -12,6 +12,9 @@ struct q4_0_format {
     static constexpr int offset_shift = 3;
     static __m256i codes(const uint8_t * wb) { return unpack_nibbles_32(wb + 2); }
     static float scale(const uint8_t * wb) { return f16_at(wb); }
+    static constexpr size_t off_scale = 0;
+    static __m512i codes2(const uint8_t * wb0, const uint8_t * wb1) { return unpack_nibbles_2x32(wb0 + 2, wb1 + 2); }
+    static void scales16(__m512i words, __m512 & d, __m512 & m) { f16_scales(words, d, m); }
     static constexpr auto rest = avx2::mul_tile_q4_0_q8_0;
 };
 

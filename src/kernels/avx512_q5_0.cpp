@@ -15,6 +15,12 @@ struct q5_0_format {
         return _mm256_or_si256(unpack_nibbles_32(wb + q5_0_off_qs), q5_high_bits(wb + q5_0_off_qh));
     }
     static float scale(const uint8_t * wb) { return f16_at(wb + q5_0_off_d); }
+    static constexpr size_t off_scale = q5_0_off_d;
+    static __m512i codes2(const uint8_t * wb0, const uint8_t * wb1) {
+        const __mmask64 high = static_cast<__mmask64>(load_u32(wb0 + q5_0_off_qh) | static_cast<uint64_t>(load_u32(wb1 + q5_0_off_qh)) << 32);
+        return q5_codes_2x32(unpack_nibbles_2x32(wb0 + q5_0_off_qs, wb1 + q5_0_off_qs), high);
+    }
+    static void scales16(__m512i words, __m512 & d, __m512 & m) { f16_scales(words, d, m); }
     static constexpr auto rest = avx2::mul_tile_q5_0_q8_0;
 };
 

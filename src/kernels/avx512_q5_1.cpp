@@ -17,6 +17,14 @@ struct q5_1_format {
     }
     static float scale(const uint8_t * wb) { return f16_at(wb + q5_1_off_d); }
     static float min(const uint8_t * wb) { return f16_at(wb + q5_1_off_m); }
+    static_assert(q5_1_off_m == q5_1_off_d + 2);
+    static constexpr size_t off_scale = q5_1_off_d;  // d, then m
+    static __m512i codes2(const uint8_t * wb0, const uint8_t * wb1) {
+        const __mmask64 high = static_cast<__mmask64>(load_u32(wb0 + q5_1_off_qh) | static_cast<uint64_t>(load_u32(wb1 + q5_1_off_qh)) << 32);
+        return q5_codes_2x32(unpack_nibbles_2x32(wb0 + q5_1_off_qs, wb1 + q5_1_off_qs), high);
+    }
+    static_assert(q5_1_off_m == q5_1_off_d + 2);
+    static void scales16(__m512i words, __m512 & d, __m512 & m) { f16_scales(words, d, m); }
     static constexpr auto rest = avx2::mul_tile_q5_1_q8_1;
 };
 

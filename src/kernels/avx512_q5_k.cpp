@@ -39,10 +39,8 @@ struct q5_k_format {
     // blocks.h (as Q4_K): j < 4: sc = s[j] & 63, m = s[j + 4] & 63; j >= 4:
     // sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4, m = (s[j + 4] >> 4) | (s[j] >> 6) << 4.
     static void scales(const uint8_t * wb, int32_t * sc, uint32_t * pair) {
-        const uint8_t * s = wb + q5_k_off_scales;
-        const uint32_t u0 = load_u32(s), u1 = load_u32(s + 4), u2 = load_u32(s + 8);
-        const uint64_t sc8 = (u0 & 0x3f3f3f3fu) | static_cast<uint64_t>((u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4)) << 32;
-        const uint64_t m8 = (u1 & 0x3f3f3f3fu) | static_cast<uint64_t>(((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4)) << 32;
+        uint64_t sc8, m8;
+        unpack_k4_scales(wb + q5_k_off_scales, sc8, m8);
         #pragma GCC unroll 8
         for (int j = 0; j < 8; ++j) {
             sc[j] = static_cast<int32_t>((sc8 >> (8 * j)) & 0xff);
@@ -50,6 +48,17 @@ struct q5_k_format {
         }
     }
     static constexpr auto rest = avx2::mul_tile_q5_k_q8_k;
+
+    // Decode (superblock_kernel::rows16; avx512_superblock.h's k4_row_decode).
+    using decode_x = min_decode_x;
+    [[gnu::always_inline]] static void x_decode(const uint8_t * xb, decode_x & xd) { k4_x_decode(xb, xd); }
+    template <int NT>
+    [[gnu::always_inline]] static void row_decode(const uint8_t * wb, const decode_x * xd, __m512i * out) {
+        k4_row_decode<NT, true>(wb + q5_k_off_scales, wb + q5_k_off_qs, wb + q5_k_off_qh, xd, out);
+    }
+    static_assert(q5_k_off_dmin == q5_k_off_d + 2);
+    static constexpr size_t off_scale = q5_k_off_d;  // d, then dmin
+    static void scales16(__m512i words, __m512 & d, __m512 & dmin) { f16_pairs(words, d, dmin); }
 };
 
 using kernel = superblock_kernel<q5_k_format>;

@@ -50,6 +50,48 @@ struct q6_k_format {
         }
     }
     static constexpr auto rest = avx2::mul_tile_q6_k_q8_k;
+
+    // Decode (superblock_kernel::rows16): the activation in value order (q[j] = values
+    // [64j, 64j + 64), whose 128-bit lanes are sub-blocks 4j .. 4j + 3), the order in
+    // which ql's nibbles and qh's pairs of bits come out of 64-byte loads. The -32 enters
+    // as the bsums times -32 * scale (within int16).
+    using decode_x = bias_decode_x;  // bias: the bsums
+    [[gnu::always_inline]] static void x_decode(const uint8_t * xb, decode_x & xd) {
+        #pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) xd.q[j] = loadu_512(xb + q8_k_off_qs + 64 * j);
+        xd.bias = _mm512_zextsi256_si512(loadu_256(xb + q8_k_off_bsums));
+    }
+    template <int NT>
+    [[gnu::always_inline]] static void row_decode(const uint8_t * wb, const decode_x * xd, __m512i * out) {
+        const __m256i s16 = _mm256_cvtepi8_epi16(loadu_128(wb + q6_k_off_scales));
+        const __m512i sc = _mm512_zextsi256_si512(s16);
+        const __m512i bias = _mm512_zextsi256_si512(_mm256_mullo_epi16(s16, _mm256_set1_epi16(-32)));
+        const __m512i low4 = _mm512_set1_epi8(0x0f), bits45 = _mm512_set1_epi8(0x30);
+        // (a & 0x0f) | b, for b within bits 4-5.
+        constexpr int low_or = (0xf0 & 0xaa) | 0xcc;
+        __m512i c[4], mult[4];
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+            const __m512i ql = loadu_512(wb + q6_k_off_ql + 64 * h);
+            const __m512i qh = _mm512_broadcast_i64x4(loadu_256(wb + q6_k_off_qh + 32 * h));
+            // Values 128h + [0, 64): low nibbles, qh bits 0-1 (low half) and 2-3 (high half).
+            const __m512i h01 = _mm512_and_si512(_mm512_sllv_epi16(qh, _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1)), bits45);
+            c[2 * h] = _mm512_ternarylogic_epi32(ql, h01, low4, low_or);
+            // Values 128h + [64, 128): high nibbles, qh bits 4-5 and 6-7.
+            const __m512i h23 = _mm512_and_si512(_mm512_srlv_epi16(qh, _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1)), bits45);
+            c[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), h23, low4, low_or);
+            #pragma GCC unroll 2
+            for (int g = 0; g < 2; ++g) {
+                const int j = 4 * (2 * h + g);
+                mult[2 * h + g] = _mm512_permutexvar_epi16(word_index(j, j + 1, j + 2, j + 3), sc);
+            }
+        }
+        bias_row_sums<NT>(c, mult, bias, xd, out);
+    }
+    // d is the block's last field: its dword starts 2 bytes before it.
+    static constexpr size_t off_scale = q6_k_off_d - 2;
+    static_assert(q6_k_off_d + 2 == block_bytes);
+    static void scales16(__m512i words, __m512 & d, __m512 & dmin) { f16_ending_scales(words, d, dmin); }
 };
 
 using kernel = superblock_kernel<q6_k_format>;

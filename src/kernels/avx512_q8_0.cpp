@@ -18,6 +18,12 @@ struct q8_0_format {
     static constexpr int offset_shift = 7;
     static __m256i codes(const uint8_t * wb) { return _mm256_xor_si256(loadu_256(wb + 2), _mm256_set1_epi8(static_cast<char>(0x80))); }
     static float scale(const uint8_t * wb) { return f16_at(wb); }
+    static constexpr size_t off_scale = 0;
+    static __m512i codes2(const uint8_t * wb0, const uint8_t * wb1) {
+        const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(loadu_256(wb0 + 2)), loadu_256(wb1 + 2), 1);
+        return _mm512_xor_si512(q, _mm512_set1_epi8(static_cast<char>(0x80)));
+    }
+    static void scales16(__m512i words, __m512 & d, __m512 & m) { f16_scales(words, d, m); }
     static constexpr auto rest = avx2::mul_tile_q8_0_q8_0;
 };
 

@@ -15,7 +15,15 @@
 //       multipliers of those bsums in one dword: the mins m_k, m_k (formats with mins,
 //       sub-blocks of 32) or the scales sc_2k, sc_2k+1 (formats with a bias, sub-blocks
 //       of 16)
-//   rest          the AVX2 tile of the format, for the tokens left after the groups
+//   rest          the AVX2 tile of the format, for rows decode leaves (avx512_util.h)
+// and for decode (rows16 below):
+//   struct decode_x; void x_decode(xb, decode_x &)   a token's activation block,
+//                 rearranged once for 16 rows (in the order the format's codes come)
+//   void row_decode<NT>(wb, const decode_x[NT], __m512i out[NT])   one row's integer
+//                 sums per token: with mins, isum partials in lanes 0-7 and imin
+//                 partials in lanes 8-15; without, 16 isum partials
+//   off_scale     where in a block the 4 bytes holding d (and dmin) start
+//   void scales16(words, d, dmin)   16 such dwords (one per row) to d_w and dmin_w
 //
 // tokens16: per sub-block, vpdpbusd of the broadcast codes (u8) with the rearranged
 // activations (s8) gives the exact sub-block sum of every token; it is multiplied by
@@ -28,6 +36,156 @@
 
 namespace skippy::kernels::avx512 {
 namespace {
+
+// Pieces of the formats' decode hooks (row_decode, x_decode, scales16).
+
+// 32 bytes at p0, then 32 at p1.
+inline __m512i join_256(const uint8_t * p0, const uint8_t * p1) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(loadu_256(p0)), loadu_256(p1), 1);
+}
+
+// A row's 16 isum partials folded into lanes 0-7, its 8 imin partials in lanes 8-15.
+inline __m512i isum_imin(__m512i isum, __m256i imin) {
+    const __m256i folded = _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(folded), imin, 1);
+}
+
+// For vpermw: every int16 lane of 128-bit lane i takes int16 w_i of the source.
+inline __m512i word_index(int w0, int w1, int w2, int w3) {
+    const auto d = [](int w) { return static_cast<int32_t>(static_cast<uint32_t>(w) * 0x10001u); };
+    return _mm512_setr_epi32(d(w0), d(w0), d(w0), d(w0), d(w1), d(w1), d(w1), d(w1), d(w2), d(w2), d(w2), d(w2), d(w3), d(w3),
+                             d(w3), d(w3));
+}
+
+// For vpshufb: every int16 lane of 128-bit lane i takes int16 w_i (< 8) of that lane.
+inline __m512i pick_words(int w0, int w1, int w2, int w3) {
+    const auto d = [](int w) { return static_cast<int32_t>((static_cast<uint32_t>(2 * w) | static_cast<uint32_t>(2 * w + 1) << 8) * 0x10001u); };
+    return _mm512_setr_epi32(d(w0), d(w0), d(w0), d(w0), d(w1), d(w1), d(w1), d(w1), d(w2), d(w2), d(w2), d(w2), d(w3), d(w3),
+                             d(w3), d(w3));
+}
+
+// Bytes with bit b0 (low 256 bits) or b1 (high 256 bits) set, for vptestmb.
+inline __m512i bit_pair(int b0, int b1) {
+    return _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << b0)), _mm256_set1_epi8(static_cast<char>(1 << b1)), 1);
+}
+
+// Two f16 fields per dword (d in the low half, dmin in the high half), converted.
+inline void f16_pairs(__m512i words, __m512 & d, __m512 & dmin) {
+    d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words));
+    dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(words, 16)));
+}
+
+// Q4_K / Q5_K: the 6-bit scales and mins (blocks.h) as 8 bytes each.
+inline void unpack_k4_scales(const uint8_t * s, uint64_t & sc8, uint64_t & m8) {
+    const uint32_t u0 = load_u32(s), u1 = load_u32(s + 4), u2 = load_u32(s + 8);
+    sc8 = (u0 & 0x3f3f3f3fu) | static_cast<uint64_t>((u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4)) << 32;
+    m8 = (u1 & 0x3f3f3f3fu) | static_cast<uint64_t>(((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4)) << 32;
+}
+
+// A token's activation block for the decode hooks of the formats with mins (Q2_K,
+// Q4_K, Q5_K): its codes in the format's order, and its bsums.
+struct min_decode_x {
+    __m512i q[4];
+    __m256i bsums;
+};
+
+// acc plus the products of a row's codes c[v] with a token's activation q[v]: maddubs
+// pair sums, times the int16 multipliers mult[v] (each lane's sub-block scale) by
+// vpdpwssd.
+[[gnu::always_inline]] inline __m512i scaled_products(__m512i acc, const __m512i c[4], const __m512i mult[4], const __m512i q[4]) {
+    #pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(c[v], q[v]), mult[v]);
+    return acc;
+}
+
+// One row's vector for rows16 (formats with mins), for NT tokens: isum partials
+// (scaled_products) folded into lanes 0-7, and imin partials (the mins m, one per 16
+// values, times the bsums) in lanes 8-15.
+template <int NT>
+[[gnu::always_inline]] inline void min_row_sums(const __m512i c[4], const __m512i mult[4], __m256i m, const min_decode_x * xd,
+                                                __m512i * out) {
+    #pragma GCC unroll 3
+    for (int i = 0; i < NT; ++i) {
+        out[i] = isum_imin(scaled_products(_mm512_setzero_si512(), c, mult, xd[i].q), _mm256_madd_epi16(xd[i].bsums, m));
+    }
+}
+
+// The same for the formats whose values are codes minus a constant (Q3_K, Q6_K): 16
+// isum partials, the constant entering as the token's bias (int16 per 16 values, then
+// zeros) times the row's bias_w.
+struct bias_decode_x {
+    __m512i q[4];
+    __m512i bias;
+};
+
+template <int NT>
+[[gnu::always_inline]] inline void bias_row_sums(const __m512i c[4], const __m512i mult[4], __m512i bias_w, const bias_decode_x * xd,
+                                                 __m512i * out) {
+    #pragma GCC unroll 3
+    for (int i = 0; i < NT; ++i) out[i] = scaled_products(_mm512_dpwssd_epi32(_mm512_setzero_si512(), xd[i].bias, bias_w), c, mult, xd[i].q);
+}
+
+// d_w of 16 rows from the dwords that end with it (a d that is its block's last field,
+// so that nothing past the block is read).
+inline void f16_ending_scales(__m512i words, __m512 & d, __m512 & dmin) {
+    d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(words, 16)));
+    dmin = d;
+}
+
+// Decode hooks of Q4_K and Q5_K. The activation in the order one 64-byte load of qs
+// gives the nibbles: q[2h] = values [128h, 128h + 32) and [128h + 64, 128h + 96) (low
+// nibbles), q[2h + 1] = the 32 values after each (high nibbles); so the 128-bit lanes
+// of q[2h + g] belong to sub-blocks 4h + g (twice) and 4h + g + 2 (twice).
+
+[[gnu::always_inline]] inline void k4_x_decode(const uint8_t * xb, min_decode_x & xd) {
+    const uint8_t * q = xb + q8_k_off_qs;
+    #pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+        xd.q[2 * h] = join_256(q + 128 * h, q + 128 * h + 64);
+        xd.q[2 * h + 1] = join_256(q + 128 * h + 32, q + 128 * h + 96);
+    }
+    xd.bsums = loadu_256(xb + q8_k_off_bsums);
+}
+
+// Codes (pairs within 2 * 31 * 128) and multipliers (each lane's sub-block scale) for
+// min_row_sums, the mins duplicated per 16 values. With High (Q5_K), the fifth bits from qh (broadcast to both halves) are added where
+// vptestmb finds them: vector 2h + g's halves take bits 4h + g and 4h + g + 2.
+template <int NT, bool High>
+[[gnu::always_inline]] inline void k4_row_decode(const uint8_t * scales, const uint8_t * qs, const uint8_t * qh,
+                                                 const min_decode_x * xd, __m512i * out) {
+    uint64_t sc8, m8;
+    unpack_k4_scales(scales, sc8, m8);
+    const __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc8))));
+    const __m128i m8v = _mm_cvtsi64_si128(static_cast<int64_t>(m8));
+    const __m256i m = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8v, m8v));
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    __m512i c[4], mult[4];
+    #pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+        const __m512i q = loadu_512(qs + 64 * h);
+        c[2 * h] = _mm512_and_si512(q, low4);
+        c[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), low4);
+        #pragma GCC unroll 2
+        for (int g = 0; g < 2; ++g) {
+            const int j = 4 * h + g;
+            if constexpr (High) {
+                const __mmask64 high = _mm512_test_epi8_mask(_mm512_broadcast_i64x4(loadu_256(qh)), bit_pair(j, j + 2));
+                c[2 * h + g] = _mm512_mask_add_epi8(c[2 * h + g], high, c[2 * h + g], _mm512_set1_epi8(0x10));
+            }
+            mult[2 * h + g] = _mm512_shuffle_epi8(sc, pick_words(j, j, j + 2, j + 2));
+        }
+    }
+    min_row_sums<NT>(c, mult, m, xd, out);
+}
+
+// The activation in the order of the crumbs of one 64-byte load of Q2_K / Q3_K's qs:
+// q[k] = values [32k, 32k + 32) and [128 + 32k, 160 + 32k) ((qs >> 2k) & 3); the
+// 128-bit lanes of q[k] are sub-blocks 2k, 2k + 1, 8 + 2k, 9 + 2k.
+[[gnu::always_inline]] inline void crumbs_x_decode(const uint8_t * xb, __m512i q[4]) {
+    const uint8_t * x = xb + q8_k_off_qs;
+    #pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) q[k] = join_256(x + 32 * k, x + 128 + 32 * k);
+}
 
 template <typename W>
 struct superblock_kernel {
@@ -148,6 +306,65 @@ struct superblock_kernel {
     static void rest(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
                      int64_t n_tokens, int64_t n, float * y, int64_t y_stride) {
         W::rest(w, w_row_bytes, n_rows, xq, xq_row_bytes, n_tokens, n, y, y_stride);
+    }
+
+    // Decode (avx512_util.h's decode_tile), for formats with the decode hooks (see the
+    // top of this file): per super-block, each token's activation is rearranged once
+    // (W::x_decode) for the 16 rows; each row's integer sums come from W::row_decode,
+    // and the 16 rows are reduced together (reduce16_pairs). With mins, a row's vector
+    // holds isum partials in lanes 0-7 and imin partials in lanes 8-15 (two results per
+    // row); without, 16 isum partials (the two halves' results are added).
+    template <int NT>
+        requires requires { typename W::decode_x; }
+    static void rows16(const row_group & rows, const uint8_t * const x[NT], int64_t nb, const uint8_t * next, __m512 acc[NT]) {
+        #pragma GCC unroll 3
+        for (int i = 0; i < NT; ++i) acc[i] = _mm512_setzero_ps();
+        for (int64_t b = 0; b < nb; ++b) {
+            if (next != nullptr) prefetch_span(next + b * 16 * wbb, 16 * wbb);
+            typename W::decode_x xd[NT];
+            #pragma GCC unroll 3
+            for (int i = 0; i < NT; ++i) W::x_decode(x[i] + b * xbb, xd[i]);
+            const int64_t off = b * static_cast<int64_t>(wbb);
+            dword_collector16 scale;
+            reduce16_pairs red[NT];
+            __m512i halves[NT][2];
+            for_row_pairs(
+                rows, off,
+                [&](int k, const uint8_t * p0, const uint8_t * p1) __attribute__((always_inline)) {
+                    scale.add_pair(k, p0 + W::off_scale, p1 + W::off_scale);
+                    __m512i o0[NT], o1[NT];
+                    W::template row_decode<NT>(p0, xd, o0);
+                    W::template row_decode<NT>(p1, xd, o1);
+                    #pragma GCC unroll 3
+                    for (int i = 0; i < NT; ++i) red[i].add_pair(k, o0[i], o1[i]);
+                },
+                [&](int h, int q) __attribute__((always_inline)) {
+                    scale.add_quad(2 * h + q);
+                    #pragma GCC unroll 3
+                    for (int i = 0; i < NT; ++i) red[i].add_quad(q);
+                },
+                [&](int h) __attribute__((always_inline)) {
+                    #pragma GCC unroll 3
+                    for (int i = 0; i < NT; ++i) halves[i][h] = red[i].half();
+                });
+            __m512 dw, dmin;
+            W::scales16(scale.vec(), dw, dmin);
+            #pragma GCC unroll 3
+            for (int i = 0; i < NT; ++i) {
+                __m512i lo, hi;
+                reduce16_pairs::finish(halves[i][0], halves[i][1], lo, hi);
+                const __m512 dx = _mm512_set1_ps(load_f32(x[i] + b * xbb + q8_k_off_d));
+                if constexpr (W::has_min) {
+                    // Reference: sum += (d_w * d_x) * isum - (dmin_w * d_x) * imin.
+                    const __m512 t = _mm512_mul_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(lo));
+                    const __m512 tm = _mm512_mul_ps(_mm512_mul_ps(dmin, dx), _mm512_cvtepi32_ps(hi));
+                    acc[i] = _mm512_add_ps(acc[i], _mm512_sub_ps(t, tm));
+                } else {
+                    // Reference: sum += (d_w * d_x) * isum.
+                    acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi))));
+                }
+            }
+        }
     }
 
     // One token, 256-bit vectors: vpdpbusd of 32 codes with 32 activation codes, each

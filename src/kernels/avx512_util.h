@@ -11,7 +11,11 @@
 // float part runs one output per lane, each lane doing the reference's operations in
 // its order, never fused.
 //
-// Prefill (a tile of many tokens) is where 512 bits pay: the "tokens16" micro-kernels
+// Decode (one token, or the few of a batched decode step) is decode_tile below: 16
+// weight rows at a time, each row's block sums in its own vector, then reduced so
+// that the float step runs one row per lane.
+//
+// Prefill (a tile of many tokens) is where 512 bits pay most: the "tokens16" micro-kernels
 // take one weight row and 16 tokens, one token per int32 lane, and form each block's
 // integer sum with VNNI's vpdpbusd (four u8 x s8 products added into an int32 lane)
 // without any horizontal reduction: the activations of the 16 tokens are rearranged
@@ -278,6 +282,167 @@ void run_groups(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uin
     }
 }
 
+// Decode: the 1 to 3 tokens a prefill tile leaves (decode is one token, a batched
+// decode step a few) in 512-bit vectors, one weight row per int32 lane at the end.
+//
+// K provides rows16<NT>(rows, x, nb, next, acc): the outputs of the 16 weight rows
+// `rows` and NT tokens (x[i] their activation rows), acc[i] lane j = row j's output for
+// token i; while it works it prefetches next[0, 16 * nb * block_bytes) (null: none),
+// the next 16 rows, since 16 interleaved row streams are more than the hardware
+// prefetcher follows well. Each row's integer block sums are formed in its own vector
+// and the 16 rows are then reduced together (reduce16_pairs below), so that the float
+// step runs one row per lane, as the reference's order requires. The rows of a tile
+// that do not fill a group of 16 go to K::rest (the AVX2 tile; the matmul shares rows
+// out in multiples of 16, so only odd shapes have them).
+constexpr int64_t k_decode_rows = 16;
+constexpr int64_t k_decode_max_tokens = 3;
+
+template <typename K>
+constexpr bool k_has_rows16 = requires { &K::template rows16<1>; };
+
+// The 4 bytes at a field of each of 16 rows (its scale, say) in one vector, lane r =
+// row r, built as the rows come: a load per row straight into a vector register and
+// in-register unpacks (4 bytes a lane). A vpgatherdd costs about three times as much,
+// and scalar stores read back as one vector stall on store forwarding.
+struct dword_collector16 {
+    __m128i pair[2];  // the current quad's two pairs of rows
+    __m128i quad[4];
+
+    // Rows 4q + 2k and 4q + 2k + 1 (fields at pa and pb).
+    void add_pair(int k, const uint8_t * pa, const uint8_t * pb) {
+        pair[k] = _mm_unpacklo_epi32(_mm_loadu_si32(pa), _mm_loadu_si32(pb));
+    }
+    void add_quad(int q) { quad[q] = _mm_unpacklo_epi64(pair[0], pair[1]); }
+    __m512i vec() const {
+        const __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(quad[0]), quad[1], 1);
+        const __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(quad[2]), quad[3], 1);
+        return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    }
+};
+
+// 16 rows at a common stride, taken as two halves of 8 (rows 0-7 and 8-15). Row r of
+// a half is its base plus an odd multiple of the stride times 1, 2 or 4, one base +
+// index * scale address, so that a half's 8 row streams need only a few registers.
+struct row_group {
+    const uint8_t * base[2];  // rows 0 and 8
+    int64_t s1, s3, s5, s7;   // 1, 3, 5 and 7 times the stride
+
+    row_group(const uint8_t * row0, int64_t stride)
+        : base{row0, row0 + 8 * stride}, s1(stride), s3(3 * stride), s5(5 * stride), s7(7 * stride) {}
+
+    // Row r (< 8, constant after unrolling) of the half whose base (plus any offset) is b.
+    const uint8_t * at(const uint8_t * b, int r) const {
+        switch (r) {
+            case 0: return b;
+            case 1: return b + s1;
+            case 2: return b + 2 * s1;
+            case 3: return b + s3;
+            case 4: return b + 4 * s1;
+            case 5: return b + s5;
+            case 6: return b + 2 * s3;
+            default: return b + s7;
+        }
+    }
+};
+
+// The 16 rows of a group in the order the decode tiles take them: in each half h
+// (rows 8h to 8h + 7) and each quad q of it (4 rows), on_pair(k, p0, p1) for its pairs
+// k = 0, 1 (p0, p1: the two rows' addresses plus off), then on_quad(h, q); after each
+// half, on_half(h). Everything is inlined and unrolled, so h, q and k are constants.
+template <typename Pair, typename Quad, typename Half>
+[[gnu::always_inline]] inline void for_row_pairs(const row_group & rows, int64_t off, Pair && on_pair, Quad && on_quad,
+                                                 Half && on_half) {
+    #pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+        const uint8_t * base = rows.base[h] + off;
+        #pragma GCC unroll 2
+        for (int q = 0; q < 2; ++q) {
+            #pragma GCC unroll 2
+            for (int k = 0; k < 2; ++k) on_pair(k, rows.at(base, 4 * q + 2 * k), rows.at(base, 4 * q + 2 * k + 1));
+            on_quad(h, q);
+        }
+        on_half(h);
+    }
+}
+
+template <typename K, int NT>
+void decode_rows(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * const x[NT], int64_t nb, float * y,
+                 int64_t y_stride) {
+    int64_t r0 = 0;
+    for (; r0 + k_decode_rows <= n_rows; r0 += k_decode_rows) {
+        const row_group rows(w + static_cast<size_t>(r0) * w_row_bytes, static_cast<int64_t>(w_row_bytes));
+        const uint8_t * next = r0 + 2 * k_decode_rows <= n_rows ? w + static_cast<size_t>(r0 + k_decode_rows) * w_row_bytes : nullptr;
+        __m512 acc[NT];
+        K::template rows16<NT>(rows, x, nb, next, acc);
+        #pragma GCC unroll 3
+        for (int i = 0; i < NT; ++i) _mm512_storeu_ps(y + i * y_stride + r0, acc[i]);
+    }
+    if (r0 < n_rows) {
+        for (int i = 0; i < NT; ++i) {
+            K::rest(w + static_cast<size_t>(r0) * w_row_bytes, w_row_bytes, n_rows - r0, x[i], 0, 1, nb * K::block_elems,
+                    y + i * y_stride + r0, y_stride);
+        }
+    }
+}
+
+// Tokens in groups of up to k_decode_max_tokens: each weight row is unpacked once for
+// the group.
+template <typename K>
+void decode_tile(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
+                 int64_t n_tokens, int64_t n, float * y, int64_t y_stride) {
+    const int64_t nb = n / K::block_elems;
+    for (int64_t t = 0; t < n_tokens; t += k_decode_max_tokens) {
+        const int64_t m = n_tokens - t < k_decode_max_tokens ? n_tokens - t : k_decode_max_tokens;
+        const uint8_t * x[k_decode_max_tokens];
+        for (int64_t i = 0; i < k_decode_max_tokens; ++i) x[i] = xq + static_cast<size_t>(t + (i < m ? i : 0)) * xq_row_bytes;
+        float * yt = y + t * y_stride;
+        if (m == 1) {
+            decode_rows<K, 1>(w, w_row_bytes, n_rows, x, nb, yt, y_stride);
+        } else if (m == 2) {
+            decode_rows<K, 2>(w, w_row_bytes, n_rows, x, nb, yt, y_stride);
+        } else {
+            decode_rows<K, 3>(w, w_row_bytes, n_rows, x, nb, yt, y_stride);
+        }
+    }
+}
+
+// Prefetches n_bytes from p into L1, a cache line at a time (prefetches never fault, so
+// p may run past the end of a buffer).
+inline void prefetch_span(const uint8_t * p, size_t n_bytes) {
+    for (size_t i = 0; i < n_bytes; i += 64) _mm_prefetch(reinterpret_cast<const char *>(p + i), _MM_HINT_T0);
+}
+
+// The int32 sums of two blocks of 16 rows, from one vector per row whose lanes 0-7
+// hold partial sums of one block and lanes 8-15 of the other: lane j of lo (hi) is
+// the sum of lanes 0-7 (8-15) of row j's vector. 21 adds and shuffles per 8 rows, built
+// as the rows come (add_pair after each two rows, add_quad after each four, half after
+// each eight), so that few vectors are live.
+struct reduce16_pairs {
+    __m512i s[2];  // the current quad's pairs
+    __m512i t[2];  // the current half's quads
+
+    // Rows 2k, 2k + 1 of the current quad (k = 0, 1): per 128-bit lane
+    // [a0 + a2, b0 + b2, a1 + a3, b1 + b3].
+    void add_pair(int k, __m512i a, __m512i b) {
+        s[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+    }
+    // Quad q (rows 4q .. 4q + 3 of the half) complete: per 128-bit lane, that lane's
+    // sums of the four rows.
+    void add_quad(int q) {
+        t[q] = _mm512_add_epi32(_mm512_unpacklo_epi64(s[0], s[1]), _mm512_unpackhi_epi64(s[0], s[1]));
+    }
+    // The half's 8 rows: [lo rows 0-3, hi rows 0-3, lo rows 4-7, hi rows 4-7] (t[q]'s
+    // 128-bit lanes are lo 0-3, lo 4-7, hi 0-3, hi 4-7 partial sums).
+    __m512i half() const {
+        return _mm512_add_epi32(_mm512_shuffle_i32x4(t[0], t[1], 0x88), _mm512_shuffle_i32x4(t[0], t[1], 0xdd));
+    }
+    // Both halves' results to lo and hi, lane j = row j.
+    static void finish(__m512i h0, __m512i h1, __m512i & lo, __m512i & hi) {
+        lo = _mm512_shuffle_i32x4(h0, h1, 0x88);
+        hi = _mm512_shuffle_i32x4(h0, h1, 0xdd);
+    }
+};
+
 template <typename K>
 void mul_tile_driver(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
                      int64_t n_tokens, int64_t n, float * y, int64_t y_stride) {
@@ -293,8 +458,13 @@ void mul_tile_driver(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, cons
         }
     }
     if (t < n_tokens) {
-        K::rest(w, w_row_bytes, n_rows, xq + static_cast<size_t>(t) * xq_row_bytes, xq_row_bytes, n_tokens - t, n,
-                y + t * y_stride, y_stride);
+        if constexpr (k_has_rows16<K>) {
+            decode_tile<K>(w, w_row_bytes, n_rows, xq + static_cast<size_t>(t) * xq_row_bytes, xq_row_bytes, n_tokens - t, n,
+                           y + t * y_stride, y_stride);
+        } else {
+            K::rest(w, w_row_bytes, n_rows, xq + static_cast<size_t>(t) * xq_row_bytes, xq_row_bytes, n_tokens - t, n,
+                    y + t * y_stride, y_stride);
+        }
     }
 }
 

@@ -89,6 +89,24 @@ std::vector<int64_t> odd_sizes(tensor_type t) {
     return {block, 2 * block, 3 * block, 7 * block};
 }
 
+// Runs the tile k.mul_tile on the first n_rows rows of w and n_tokens rows of x (n
+// values each; y_stride = n_rows + 3) and checks that every output has the scalar
+// vec_dot's bits and that nothing outside the tile was written. A failure names `what`.
+void check_tile(tensor_type t, const type_kernels & k, const std::vector<uint8_t> & w, const std::vector<uint8_t> & x, int64_t n,
+                int64_t n_rows, int64_t n_tokens, const std::string & what) {
+    const size_t w_row = row_bytes(t, n), x_row = row_bytes(k.vec_dot_type, n);
+    const int64_t y_stride = n_rows + 3;
+    std::vector<float> y(static_cast<size_t>(n_tokens * y_stride), -1.0f);
+    k.mul_tile(w.data(), w_row, n_rows, x.data(), x_row, n_tokens, n, y.data(), y_stride);
+    for (int64_t tok = 0; tok < n_tokens; ++tok) {
+        for (int64_t r = 0; r < n_rows; ++r) {
+            const float expected = scalar_of(t).vec_dot(w.data() + r * w_row, x.data() + tok * x_row, n);
+            ASSERT_TRUE(same_bits(y[tok * y_stride + r], expected)) << what << ": row " << r << " token " << tok;
+        }
+        for (int64_t r = n_rows; r < y_stride; ++r) ASSERT_EQ(y[tok * y_stride + r], -1.0f) << what << ": wrote outside the tile";
+    }
+}
+
 // (path, weight type)
 class path_per_type : public ::testing::TestWithParam<std::tuple<implementation, tensor_type>> {
 protected:
@@ -123,19 +141,33 @@ TEST_P(path_per_type, MulTileOfAnyShapeEqualsVecDotBitwise) {
     const int64_t max_rows = 33, max_tokens = 49;
     const auto w = weight_rows(t, max_rows, n, 3);
     const auto x = activation_rows(t, max_tokens, n, 4);
-    const size_t w_row = row_bytes(t, n), x_row = row_bytes(k.vec_dot_type, n);
     for (int64_t n_rows : {1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 19, 32, 33}) {
         for (int64_t n_tokens : {1, 2, 3, 7, 8, 9, 15, 16, 17, 18, 31, 32, 33, 49}) {
-            const int64_t y_stride = n_rows + 3;
-            std::vector<float> y(static_cast<size_t>(n_tokens * y_stride), -1.0f);
-            k.mul_tile(w.data(), w_row, n_rows, x.data(), x_row, n_tokens, n, y.data(), y_stride);
-            for (int64_t tok = 0; tok < n_tokens; ++tok) {
-                for (int64_t r = 0; r < n_rows; ++r) {
-                    const float expected = scalar_of(t).vec_dot(w.data() + r * w_row, x.data() + tok * x_row, n);
-                    ASSERT_TRUE(same_bits(y[tok * y_stride + r], expected))
-                        << n_rows << "x" << n_tokens << " tile, row " << r << " token " << tok;
-                }
-                for (int64_t r = n_rows; r < y_stride; ++r) ASSERT_EQ(y[tok * y_stride + r], -1.0f) << "wrote outside the tile";
+            check_tile(t, k, w, x, n, n_rows, n_tokens, std::to_string(n_rows) + "x" + std::to_string(n_tokens) + " tile");
+            if (HasFatalFailure()) return;
+        }
+    }
+}
+
+// Decode's tiles (1 to 3 tokens; the AVX-512 path takes rows 16 at a time and 32-value
+// blocks in pairs): every block count from 1 (a lone block, an odd last one) up,
+// groups of 16 rows with and without rows past them, each output exactly the scalar
+// vec_dot's bits and nothing written outside the tile.
+TEST_P(path_per_type, DecodeTilesOfEveryBlockCountEqualVecDotBitwise) {
+    SKIP_WITHOUT(impl());
+    const tensor_type t = type();
+    const type_kernels & k = fast();
+    const int64_t block = testing::block_elems_of(t) == 1 ? 16 : testing::block_elems_of(t);
+    for (int64_t n_blocks : {1, 2, 3, 4, 5, 9}) {
+        const int64_t n = n_blocks * block;
+        const int64_t max_rows = 48, max_tokens = 3;
+        const auto w = weight_rows(t, max_rows, n, 60 + n_blocks);
+        const auto x = activation_rows(t, max_tokens, n, 70 + n_blocks);
+        for (int64_t n_rows : {15, 16, 17, 31, 32, 48}) {
+            for (int64_t n_tokens = 1; n_tokens <= max_tokens; ++n_tokens) {
+                check_tile(t, k, w, x, n, n_rows, n_tokens,
+                           std::to_string(n_blocks) + " blocks, " + std::to_string(n_rows) + " rows, " + std::to_string(n_tokens) + " tokens");
+                if (HasFatalFailure()) return;
             }
         }
     }
@@ -242,6 +274,13 @@ void fill_extreme_activations(tensor_type at, int64_t n, int8_t code, std::vecto
                 std::memcpy(blk + q8_k_off_bsums + 2 * j, &bsum, 2);
             }
         }
+    } else if (at == tensor_type::q8_1) {
+        for (int64_t b = 0; b < n / qk_0; ++b) {
+            uint8_t * blk = out.data() + b * q8_1_block_bytes;
+            store_u16_le(blk + q8_1_off_d, f32_to_f16(0.75f));
+            store_u16_le(blk + q8_1_off_s, f32_to_f16(0.75f * static_cast<float>(qk_0 * code)));
+            std::memset(blk + q8_1_off_qs, static_cast<uint8_t>(code), qk_0);
+        }
     } else {
         ASSERT_EQ(at, tensor_type::q8_0);
         for (int64_t b = 0; b < n / qk_0; ++b) {
@@ -267,6 +306,7 @@ TEST_P(path_only, ExtremeCodesEqualTheScalarReferenceBitwise) {
     const weight_case cases[] = {
         {tensor_type::q4_0, q4_0_block_bytes, {0}},
         {tensor_type::q5_0, q5_0_block_bytes, {q5_0_off_d}},
+        {tensor_type::q5_1, q5_1_block_bytes, {q5_1_off_d, q5_1_off_m}},
         {tensor_type::q2_k, q2_k_block_bytes, {q2_k_off_d, q2_k_off_dmin}},
         {tensor_type::q3_k, q3_k_block_bytes, {q3_k_off_d}},
         {tensor_type::q6_k, q6_k_block_bytes, {q6_k_off_d}},
@@ -280,7 +320,8 @@ TEST_P(path_only, ExtremeCodesEqualTheScalarReferenceBitwise) {
     for (const weight_case & c : cases) {
         const type_kernels & fast = path_of(GetParam(), c.t);
         const type_kernels & reference = scalar_of(c.t);
-        const int64_t n = 2 * qk_k, n_rows = 9;
+        // 33 rows: two full groups of the 16-row decode tiles and a row past them.
+        const int64_t n = 2 * qk_k, n_rows = 33;
         const size_t w_row = row_bytes(c.t, n);
         ASSERT_EQ(w_row % c.block_bytes, 0u);
         for (int pattern = 0; pattern < 3; ++pattern) {

@@ -223,8 +223,12 @@ public:
     bool has_embeddings() const { return token_embd_.data != nullptr; }
     bool has_head() const { return output_.data != nullptr; }
 
-    // KV geometry this slice needs (its layers, kv_dim) for a given dtype.
+    // KV geometry this slice needs (its layers with KV, kv_dim) for a given dtype.
     kv_geometry kv_geometry_for(kv_dtype dtype, int32_t block_tokens = 16) const;
+    // Layers of the slice that keep KV: every layer but the recurrent ones (at least one:
+    // a slice of recurrent layers only keeps a pool layer it never writes). The KV pool
+    // holds these layers only, in order.
+    int32_t n_kv_layers() const;
 
     // Recurrent layers in this slice's range (qwen35's delta-net layers). A slice with
     // any needs a recurrent_state per sequence in every span of forward_batch.

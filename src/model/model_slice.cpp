@@ -171,12 +171,16 @@ result<std::unique_ptr<model_slice>> model_slice::bind(std::shared_ptr<const ggu
     }
     layers->ropes = {rope_variant{hp.rope, factors}, rope_variant{hp.rope_swa, factors}};
     for (auto & v : layers->ropes) blocks::prepare_rope(v);
-    int32_t n_recurrent = 0;
+    int32_t n_recurrent = 0, n_kv = 0;
     for (int32_t il = range.start; il < range.end; ++il) {
         layer_weights lw;
         lw.kind = hp.layer_kinds[static_cast<size_t>(il)];
         lw.rope_variant = lw.kind == layer_kind::sliding_attention ? 1 : 0;
-        if (lw.kind == layer_kind::recurrent) lw.recurrent_index = n_recurrent++;
+        if (lw.kind == layer_kind::recurrent) {
+            lw.recurrent_index = n_recurrent++;
+        } else {
+            lw.kv_index = n_kv++;
+        }
         SKIPPY_TRY(layers->family->bind_layer(tensor_binder(f, il), hp, lw));
         layers->layers.push_back(lw);
     }
@@ -186,11 +190,18 @@ result<std::unique_ptr<model_slice>> model_slice::bind(std::shared_ptr<const ggu
 
 kv_geometry model_slice::kv_geometry_for(kv_dtype dtype, int32_t block_tokens) const {
     kv_geometry g;
-    g.n_layers = range_.size();
+    g.n_layers = n_kv_layers();
     g.kv_dim = hparams_.kv_dim();
     g.block_tokens = block_tokens;
     g.dtype = dtype;
     return g;
+}
+
+int32_t model_slice::n_kv_layers() const {
+    int32_t n = 0;
+    for (const layer_weights & lw : layers_->layers) n += lw.kind == layer_kind::recurrent ? 0 : 1;
+    // A pool needs a layer; a slice of recurrent layers only keeps one, never written.
+    return std::max(n, 1);
 }
 
 int32_t model_slice::n_recurrent_layers() const {
@@ -262,7 +273,7 @@ status model_slice::forward_batch(float * x, std::span<const sequence_span> span
                                                                 " positions, cannot continue at " + std::to_string(s.pos_start));
         }
         const kv_geometry & g = s.kv->pool().geometry();
-        if (g.n_layers != range_.size() || g.kv_dim != hp.kv_dim() || (geometry && (g.block_tokens != geometry->block_tokens ||
+        if (g.n_layers != n_kv_layers() || g.kv_dim != hp.kv_dim() || (geometry && (g.block_tokens != geometry->block_tokens ||
                                                                                     g.dtype != geometry->dtype))) {
             return make_error(error_code::invalid_argument, "a sequence span's KV does not have this slice's geometry");
         }
@@ -363,7 +374,7 @@ void model_slice::forward_pass(float * x, std::span<const forward_workspace::row
 
     for (int32_t il = 0; il < range_.size(); ++il) {
         const layer_weights & lw = bl.layers[static_cast<size_t>(il)];
-        const layer_pass p{hp, il, x, n, rows, tables[static_cast<size_t>(lw.rope_variant)], ws, pool};
+        const layer_pass p{hp, std::max(lw.kv_index, 0), x, n, rows, tables[static_cast<size_t>(lw.rope_variant)], ws, pool};
         bl.family->forward_layer(p, lw);
     }
 }

@@ -220,6 +220,25 @@ recurrent_state model_slice::make_recurrent_state() const {
     return s;
 }
 
+recurrent_shape model_slice::recurrent_shape_of() const {
+    recurrent_shape s;
+    s.layer_start = range_.start;
+    s.layer_end = range_.end;
+    s.n_layers = n_recurrent_layers();
+    if (s.n_layers == 0) return s;
+    const ssm_params & ssm = hparams_.ssm;
+    s.d_conv = ssm.d_conv;
+    s.conv_channels = ssm.conv_channels();
+    s.d_state = ssm.d_state;
+    s.n_v_head = ssm.n_v_head;
+    return s;
+}
+
+recurrent_state::recurrent_state(int32_t layers, int64_t conv_floats, int64_t matrix_floats)
+    : layers_(layers), conv_floats_(conv_floats), per_layer_(static_cast<size_t>(conv_floats + matrix_floats)) {
+    data_.assign(per_layer_ * static_cast<size_t>(layers_), 0.0f);
+}
+
 void recurrent_state::reset() {
     std::fill(data_.begin(), data_.end(), 0.0f);
     n_tokens_ = 0;
@@ -282,6 +301,16 @@ status model_slice::forward_batch(float * x, std::span<const sequence_span> span
         n_rows += s.n_tokens;
         SKIPPY_TRY(check_recurrent(s));
     }
+    const recurrent_shape shape = recurrent_shape_of();
+    for (const sequence_span & s : spans) {
+        for (const recurrent_capture & c : s.captures) {
+            if (!c.into || !s.recurrent || c.into == s.recurrent || !c.into->has_shape(shape) || c.n_tokens <= s.pos_start ||
+                c.n_tokens > s.pos_start + s.n_tokens) {
+                return make_error(error_code::invalid_argument, "a recurrent capture must name a state of the slice's shape and a "
+                                                                "position inside its span");
+            }
+        }
+    }
     std::vector<const recurrent_state *> seen_states;
     for (const sequence_span & s : spans) {
         if (s.recurrent) seen_states.push_back(s.recurrent);
@@ -308,7 +337,9 @@ status model_slice::forward_batch(float * x, std::span<const sequence_span> span
     const bool recurrent = has_recurrent_layers();
     for (const sequence_span & s : spans) {
         if (recurrent && s.n_tokens > 0 && s.pos_start == 0) s.recurrent->reset();
+        const size_t first_row = ws.rows.size();
         for (int64_t t = 0; t < s.n_tokens; ++t) ws.rows.push_back({s.kv, s.pos_start + t, recurrent ? s.recurrent : nullptr});
+        for (const recurrent_capture & c : s.captures) ws.rows[first_row + static_cast<size_t>(c.n_tokens - 1 - s.pos_start)].capture = c.into;
     }
 
     // Long batches run through all layers in passes of at most k_pass_tokens rows: the
@@ -327,6 +358,7 @@ status model_slice::forward_batch(float * x, std::span<const sequence_span> span
     if (recurrent) {
         for (const sequence_span & s : spans) {
             if (s.n_tokens > 0) s.recurrent->set_n_tokens(s.pos_start + s.n_tokens);
+            for (const recurrent_capture & c : s.captures) c.into->set_n_tokens(c.n_tokens);
         }
     }
     return status::ok();

@@ -99,13 +99,46 @@ int64_t exact_state_store::evict_to(int64_t limit_bytes, entry_id keep) {
 }
 
 result<std::vector<page_bytes>> exact_state_store::read_pages(entry_id id, int64_t max_tokens) {
+    std::vector<std::vector<uint8_t>> none;
+    return read_pages(id, max_tokens, none);
+}
+
+status exact_state_store::verify(entry_id id) {
+    auto it = pages_.find(id);
+    if (it == pages_.end()) return make_error(error_code::not_found, "exact-state entry " + std::to_string(id) + " not held");
+    status first;
+    for (const stored_page & sp : it->second) {
+        status st = blobs_.verify(sp.blobs);
+        if (!st.is_ok() && first.is_ok()) first = st;
+    }
+    return first;
+}
+
+result<std::vector<page_bytes>> exact_state_store::read_pages(entry_id id, int64_t max_tokens,
+                                                              std::vector<std::vector<uint8_t>> & spare, bool verify) {
     auto it = pages_.find(id);
     if (it == pages_.end()) return make_error(error_code::not_found, "exact-state entry " + std::to_string(id) + " not held");
     std::vector<page_bytes> out;
     for (const stored_page & sp : it->second) {
         // A state page stands for the entry's whole length: only a read of all of it gets it.
         if (sp.kind == page_kind::state ? sp.token_count > max_tokens : sp.token_start >= max_tokens) continue;
-        SKIPPY_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, blobs_.read(sp.blobs));
+        // The smallest spare vector that holds the page without growing, else the largest.
+        std::vector<uint8_t> bytes;
+        size_t pick = spare.size();
+        for (size_t i = 0; i < spare.size(); ++i) {
+            const size_t cap = spare[i].capacity(), need = static_cast<size_t>(sp.n_bytes);
+            if (pick == spare.size()) {
+                pick = i;
+                continue;
+            }
+            const size_t best = spare[pick].capacity();
+            if ((cap >= need && (best < need || cap < best)) || (best < need && cap > best)) pick = i;
+        }
+        if (pick < spare.size()) {
+            bytes = std::move(spare[pick]);
+            spare.erase(spare.begin() + static_cast<ptrdiff_t>(pick));
+        }
+        SKIPPY_TRY(blobs_.read_into(sp.blobs, bytes, verify));
         out.push_back(page_bytes{sp.token_start, sp.token_count, sp.page_id, std::move(bytes), {}, sp.kind});
     }
     return out;

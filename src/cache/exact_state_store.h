@@ -84,6 +84,17 @@ public:
     // against its blob hashes: integrity when a block went bad (the caller quarantines).
     // not_found for an id this store does not hold.
     result<std::vector<page_bytes>> read_pages(entry_id id, int64_t max_tokens);
+    // The same, filling the pages' byte vectors from `spare` (moved out of it, the best
+    // fitting first) before allocating: a caller that hands the vectors back after use
+    // restores megabytes without touching fresh memory (page faults cost more than the
+    // copy). With verify false the blocks are not re-hashed: every page carries its own
+    // SHA-256, which the importer checks before the first byte is used; when that fails
+    // the caller calls verify(id) before quarantining, so a bad block is still unlinked.
+    result<std::vector<page_bytes>> read_pages(entry_id id, int64_t max_tokens, std::vector<std::vector<uint8_t>> & spare,
+                                               bool verify = true);
+    // Re-hashes every block of the entry (blob_store::verify): integrity when one went
+    // bad, which is unlinked from the content index.
+    status verify(entry_id id);
 
     // Removes an unreferenced entry and releases its blocks (unavailable while
     // referenced, not_found when unknown). quarantine also counts the entry as bad.

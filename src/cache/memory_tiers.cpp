@@ -117,15 +117,30 @@ tier_restore_result exact_tier::restore(const tier_restore_request & req) {
         (void)index_.release(m.id);
         r.error = st.code();
         ++n_errors_;
-        if (is_validation_error(st.code()) && store_.quarantine(m.id).is_ok()) r.quarantined = true;
+        if (is_validation_error(st.code())) {
+            (void)store_.verify(m.id);  // a block gone bad leaves the content index before the entry goes
+            if (store_.quarantine(m.id).is_ok()) r.quarantined = true;
+        }
         return r;
     };
     if (status st = backend_.truncate_session(req.session, 0); !st.is_ok()) return fail(st);
     if (whole_entries_ && m.entry_tokens != req.n_tokens) {
         return fail(make_error(error_code::not_found, "no exact-state entry of exactly " + std::to_string(req.n_tokens) + " tokens"));
     }
-    auto pages = store_.read_pages(m.id, req.n_tokens);
+    // Not re-hashed here: the importer checks every page's own SHA-256 before using a
+    // byte of it (and fail() re-hashes the blocks when it refuses one).
+    auto pages = store_.read_pages(m.id, req.n_tokens, spare_, /*verify=*/false);
     if (!pages.is_ok()) return fail(pages.error());
+    // The vectors go back to spare_ whatever happens below.
+    struct give_back {
+        std::vector<page_bytes> & pages;
+        std::vector<std::vector<uint8_t>> & spare;
+        ~give_back() {
+            for (page_bytes & p : pages) {
+                if (spare.size() < 256) spare.push_back(std::move(p.bytes));  // a restore of 16k tokens at 64 per page
+            }
+        }
+    } keep{*pages, spare_};
     if (whole_entries_ && (pages->empty() || pages->back().kind != page_kind::state)) {
         // Without its snapshot the KV would continue a state it does not match.
         return fail(make_error(error_code::invalid_data, "exact-state entry without its recurrent-state snapshot"));

@@ -71,6 +71,10 @@ private:
     kv_backend_i &      backend_;
     const bool          whole_entries_;  // the backend has recurrent state
     int64_t             n_errors_ = 0;
+    // The byte vectors of the last restore's pages, handed back for the next: a restore
+    // reads megabytes (a state snapshot is several), and fresh memory costs a page fault
+    // per 4 KiB. Holds at most what the largest restore read.
+    std::vector<std::vector<uint8_t>> spare_;
 };
 
 }  // namespace skippy::cache

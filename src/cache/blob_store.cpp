@@ -102,21 +102,59 @@ status blob_store::release_all(std::span<const blob_id> ids) {
 
 result<std::vector<uint8_t>> blob_store::read(std::span<const blob_id> ids) {
     std::vector<uint8_t> out;
+    SKIPPY_TRY(read_into(ids, out));
+    return out;
+}
+
+status blob_store::verify(std::span<const blob_id> ids) {
+    status first;
     for (blob_id id : ids) {
         auto it = blocks_.find(id);
-        if (it == blocks_.end()) return make_error(error_code::not_found, "blob " + std::to_string(id) + " not held");
+        if (it == blocks_.end()) {
+            if (first.is_ok()) first = make_error(error_code::not_found, "blob " + std::to_string(id) + " not held");
+            continue;
+        }
         block & b = it->second;
-        if (sha256(b.bytes) != b.digest) {
+        if (sha256(b.bytes) == b.digest) continue;
+        ++n_integrity_failures_;
+        if (b.linked) {
+            by_digest_.erase(b.digest);
+            b.linked = false;
+        }
+        if (first.is_ok()) first = make_error(error_code::integrity, "blob " + std::to_string(id) + " does not match its SHA-256 " + b.digest.hex(8));
+    }
+    return first;
+}
+
+status blob_store::read_into(std::span<const blob_id> ids, std::vector<uint8_t> & out, bool verify) {
+    out.clear();
+    // Sized once: a page of megabytes (a recurrent-state snapshot) grown block by block
+    // would be copied, and its fresh memory faulted in, a dozen times over.
+    size_t n_bytes = 0;
+    for (blob_id id : ids) {
+        auto it = blocks_.find(id);
+        if (it != blocks_.end()) n_bytes += it->second.bytes.size();
+    }
+    out.reserve(n_bytes);
+    for (blob_id id : ids) {
+        auto it = blocks_.find(id);
+        if (it == blocks_.end()) {
+            out.clear();
+            return make_error(error_code::not_found, "blob " + std::to_string(id) + " not held");
+        }
+        block & b = it->second;
+        if (verify && sha256(b.bytes) != b.digest) {
             ++n_integrity_failures_;
             if (b.linked) {
                 by_digest_.erase(b.digest);
                 b.linked = false;
             }
+            out.clear();
             return make_error(error_code::integrity, "blob " + std::to_string(id) + " does not match its SHA-256 " + b.digest.hex(8));
         }
         out.insert(out.end(), b.bytes.begin(), b.bytes.end());
     }
-    return out;
+    return status::ok();
 }
 
 int64_t blob_store::unique_bytes(std::span<const blob_id> ids) const {

@@ -72,6 +72,14 @@ public:
     // no longer matches its address (that block is unlinked from the content index);
     // not_found for an id not held.
     result<std::vector<uint8_t>> read(std::span<const blob_id> ids);
+    // The same into `out` (replaced; its capacity is kept, so a caller reusing one buffer
+    // for pages of megabytes pays no fresh memory). On error `out` is empty. With
+    // verify false the blocks are not re-hashed: for bytes that carry a checksum of
+    // their own, which the reader checks (and, when it fails, calls verify).
+    status read_into(std::span<const blob_id> ids, std::vector<uint8_t> & out, bool verify = true);
+    // Re-hashes the blocks: integrity when one no longer matches its address (each bad
+    // one is unlinked from the content index, as read does); not_found for an id not held.
+    status verify(std::span<const blob_id> ids);
 
     // Bytes of the distinct blocks among ids (a block named twice counts once); ids not
     // held count 0.

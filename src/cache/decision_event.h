@@ -64,6 +64,9 @@ enum class attr : uint8_t {
     activation_hit,
     activation_width,
     activation_bytes,
+    kv_resident_reason,
+    kv_recurrent,
+    kv_record_wait_ms,
     // Records
     kv_reason,
     kv_record_tokens,
@@ -91,8 +94,9 @@ enum class attr : uint8_t {
     disk_bytes,
     redis_pages,
     redis_bytes_written,
+    exact_state_bytes,
 };
-inline constexpr size_t n_attrs = 56;
+inline constexpr size_t n_attrs = 60;
 
 struct attr_descriptor {
     attr             id;
@@ -133,6 +137,9 @@ inline constexpr attr_descriptor attr_descriptors[] = {
     {attr::activation_hit,             "skippy.activation_cache.hit",       attr_type::boolean},
     {attr::activation_width,           "skippy.activation_cache.width",     attr_type::integer},
     {attr::activation_bytes,           "skippy.activation_cache.bytes",     attr_type::integer},
+    {attr::kv_resident_reason,         "skippy.kv.resident_reason",         attr_type::text},
+    {attr::kv_recurrent,               "skippy.kv.recurrent",               attr_type::boolean},
+    {attr::kv_record_wait_ms,          "skippy.kv.record_wait_ms",          attr_type::real},
     {attr::kv_reason,                  "skippy.kv.reason",                  attr_type::text},
     {attr::kv_record_tokens,           "skippy.kv.record_tokens",           attr_type::integer},
     {attr::kv_record_ms,               "skippy.kv.record_ms",               attr_type::real},
@@ -157,6 +164,7 @@ inline constexpr attr_descriptor attr_descriptors[] = {
     {attr::disk_bytes,                 "skippy.disk_cache.bytes",           attr_type::integer},
     {attr::redis_pages,                "skippy.redis_cache.pages",          attr_type::integer},
     {attr::redis_bytes_written,        "skippy.redis_cache.bytes_written",  attr_type::integer},
+    {attr::exact_state_bytes,          "skippy.exact_cache.state_bytes",    attr_type::integer},
 };
 static_assert(std::size(attr_descriptors) == n_attrs, "one descriptor per attr");
 

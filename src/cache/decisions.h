@@ -77,10 +77,11 @@ std::string_view record_decision_name(record_outcome o);
 
 inline constexpr std::string_view nonzero_token_start_decision = "nonzero_token_start_unsupported";
 
-// skippy.kv.reason of every lookup (a miss) and record (record_skipped) on a stage with
-// recurrent layers (qwen35): their per-sequence state is not in the KV, so no KV prefix
-// can stand for it.
-inline constexpr std::string_view recurrent_layers_reason = "recurrent layers cannot be restored from KV";
+// skippy.kv.resident_reason of every lookup and record on a stage with recurrent layers
+// (qwen35): their per-sequence state is not in the KV, so the resident tier, which
+// holds KV blocks only, serves none of its prefixes; the exact-state tier does, with the
+// snapshot of the state taken at the prefix's length.
+inline constexpr std::string_view recurrent_layers_reason = "recurrent layers cannot be restored from KV alone";
 
 // The fixed error class of a status code: integrity, not_found, unsupported,
 // invalid_data, unavailable, permission, io, runtime or internal. A bad argument from

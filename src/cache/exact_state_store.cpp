@@ -29,8 +29,14 @@ result<exact_insert_result> exact_state_store::insert(const digest256 & ns, std:
     if (config_.hard_limit_bytes <= 0) return make_error(error_code::unavailable, "exact-state tier is off");
     if (tokens.empty()) return make_error(error_code::invalid_argument, "exact-state insert without tokens");
     int64_t next = 0;
+    size_t n_state = 0;
     for (const page_bytes & p : pages) {
-        if (p.token_start != next || p.token_count <= 0 || p.bytes.empty()) {
+        if (p.bytes.empty()) return make_error(error_code::invalid_argument, "exact-state page without bytes");
+        if (p.kind == page_kind::state) {
+            ++n_state;
+            continue;  // checked below, against the KV pages' end
+        }
+        if (n_state > 0 || p.token_start != next || p.token_count <= 0) {
             return make_error(error_code::invalid_argument, "exact-state pages are not contiguous from 0");
         }
         next += p.token_count;
@@ -38,6 +44,9 @@ result<exact_insert_result> exact_state_store::insert(const digest256 & ns, std:
     if (next != static_cast<int64_t>(tokens.size())) {
         return make_error(error_code::invalid_argument, "exact-state pages cover " + std::to_string(next) + " of " +
                                                             std::to_string(tokens.size()) + " tokens");
+    }
+    if (n_state > 1 || (n_state == 1 && (pages.back().token_start != 0 || pages.back().token_count != next))) {
+        return make_error(error_code::invalid_argument, "an exact-state entry holds at most one state page, last, of its whole length");
     }
 
     insert_result ir = index_.insert(ns, tokens, entry_kind::exact_state);
@@ -47,7 +56,12 @@ result<exact_insert_result> exact_state_store::insert(const digest256 & ns, std:
     std::vector<blob_id> all;
     for (const page_bytes & p : pages) {
         stored_page sp{p.token_start, p.token_count, p.page_id,
-                       p.block_digests.empty() ? blobs_.put(p.bytes) : blobs_.put(p.bytes, p.block_digests)};
+                       p.block_digests.empty() ? blobs_.put(p.bytes) : blobs_.put(p.bytes, p.block_digests), p.kind,
+                       static_cast<int64_t>(p.bytes.size())};
+        if (p.kind == page_kind::state) {
+            ++n_state_pages_;
+            state_bytes_ += sp.n_bytes;
+        }
         all.insert(all.end(), sp.blobs.begin(), sp.blobs.end());
         stored.push_back(std::move(sp));
     }
@@ -85,13 +99,47 @@ int64_t exact_state_store::evict_to(int64_t limit_bytes, entry_id keep) {
 }
 
 result<std::vector<page_bytes>> exact_state_store::read_pages(entry_id id, int64_t max_tokens) {
+    std::vector<std::vector<uint8_t>> none;
+    return read_pages(id, max_tokens, none);
+}
+
+status exact_state_store::verify(entry_id id) {
+    auto it = pages_.find(id);
+    if (it == pages_.end()) return make_error(error_code::not_found, "exact-state entry " + std::to_string(id) + " not held");
+    status first;
+    for (const stored_page & sp : it->second) {
+        status st = blobs_.verify(sp.blobs);
+        if (!st.is_ok() && first.is_ok()) first = st;
+    }
+    return first;
+}
+
+result<std::vector<page_bytes>> exact_state_store::read_pages(entry_id id, int64_t max_tokens,
+                                                              std::vector<std::vector<uint8_t>> & spare, bool verify) {
     auto it = pages_.find(id);
     if (it == pages_.end()) return make_error(error_code::not_found, "exact-state entry " + std::to_string(id) + " not held");
     std::vector<page_bytes> out;
     for (const stored_page & sp : it->second) {
-        if (sp.token_start >= max_tokens) break;
-        SKIPPY_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, blobs_.read(sp.blobs));
-        out.push_back(page_bytes{sp.token_start, sp.token_count, sp.page_id, std::move(bytes), {}});
+        // A state page stands for the entry's whole length: only a read of all of it gets it.
+        if (sp.kind == page_kind::state ? sp.token_count > max_tokens : sp.token_start >= max_tokens) continue;
+        // The smallest spare vector that holds the page without growing, else the largest.
+        std::vector<uint8_t> bytes;
+        size_t pick = spare.size();
+        for (size_t i = 0; i < spare.size(); ++i) {
+            const size_t cap = spare[i].capacity(), need = static_cast<size_t>(sp.n_bytes);
+            if (pick == spare.size()) {
+                pick = i;
+                continue;
+            }
+            const size_t best = spare[pick].capacity();
+            if ((cap >= need && (best < need || cap < best)) || (best < need && cap > best)) pick = i;
+        }
+        if (pick < spare.size()) {
+            bytes = std::move(spare[pick]);
+            spare.erase(spare.begin() + static_cast<ptrdiff_t>(pick));
+        }
+        SKIPPY_TRY(blobs_.read_into(sp.blobs, bytes, verify));
+        out.push_back(page_bytes{sp.token_start, sp.token_count, sp.page_id, std::move(bytes), {}, sp.kind});
     }
     return out;
 }
@@ -106,6 +154,11 @@ status exact_state_store::drop(entry_id id, removal_reason reason) {
         if (!st.is_ok() && first.is_ok()) first = st;
     }
     n_pages_ -= static_cast<int64_t>(it->second.size());
+    for (const stored_page & sp : it->second) {
+        if (sp.kind != page_kind::state) continue;
+        --n_state_pages_;
+        state_bytes_ -= sp.n_bytes;
+    }
     pages_.erase(it);
     return first;
 }
@@ -126,6 +179,8 @@ exact_state_stats exact_state_store::stats() const {
     exact_state_stats s;
     s.n_entries = static_cast<int64_t>(pages_.size());
     s.n_pages = n_pages_;
+    s.n_state_pages = n_state_pages_;
+    s.state_bytes = state_bytes_;
     s.blobs = blobs_.stats();
     s.n_inserts = n_inserts_;
     s.n_refused = n_refused_;
@@ -153,7 +208,7 @@ status exact_state_store::check_invariants() const {
     if (index_.n_entries(entry_kind::exact_state) != static_cast<int64_t>(pages_.size())) {
         return make_error(error_code::internal, "exact-state invariant: index and store disagree on entries");
     }
-    int64_t n_pages = 0, n_block_refs = 0;
+    int64_t n_pages = 0, n_block_refs = 0, n_state = 0, state_bytes = 0;
     for (const auto & [id, pages] : pages_) {
         const entry_info * info = index_.find(id);
         if (!info || info->kind != entry_kind::exact_state) {
@@ -161,14 +216,25 @@ status exact_state_store::check_invariants() const {
         }
         int64_t next = 0;
         for (const stored_page & sp : pages) {
+            n_block_refs += static_cast<int64_t>(sp.blobs.size());
+            if (sp.kind == page_kind::state) {
+                ++n_state;
+                state_bytes += sp.n_bytes;
+                if (&sp != &pages.back() || sp.token_count != info->n_tokens) {
+                    return make_error(error_code::internal, "exact-state invariant: a state page not last or not of the entry's length");
+                }
+                continue;
+            }
             if (sp.token_start != next) return make_error(error_code::internal, "exact-state invariant: page gap");
             next += sp.token_count;
-            n_block_refs += static_cast<int64_t>(sp.blobs.size());
         }
         if (next != info->n_tokens) return make_error(error_code::internal, "exact-state invariant: pages vs tokens");
         n_pages += static_cast<int64_t>(pages.size());
     }
     if (n_pages != n_pages_) return make_error(error_code::internal, "exact-state invariant: page count");
+    if (n_state != n_state_pages_ || state_bytes != state_bytes_) {
+        return make_error(error_code::internal, "exact-state invariant: state page count or bytes");
+    }
     if (n_block_refs != blobs_.stats().n_refs) return make_error(error_code::internal, "exact-state invariant: blob references");
     return status::ok();
 }

@@ -47,7 +47,9 @@ struct exact_insert_result {
 
 struct exact_state_stats {
     int64_t n_entries = 0;
-    int64_t n_pages = 0;
+    int64_t n_pages = 0;       // state pages included
+    int64_t n_state_pages = 0; // recurrent-state snapshots (one per entry of a stage with recurrent layers)
+    int64_t state_bytes = 0;   // their bytes (logical: snapshots rarely share blocks)
     blob_stats blobs;          // physical / logical bytes, dedupe
     // Cumulative:
     int64_t n_inserts = 0;
@@ -67,8 +69,9 @@ public:
     const exact_state_config & config() const { return config_; }
 
     // Adds the entry for (ns, tokens) made of `pages`.
-    // REQUIRES (else invalid_argument): pages in order, contiguous, covering exactly
-    //   [0, tokens.size()); !tokens.empty().
+    // REQUIRES (else invalid_argument): KV pages in order, contiguous, covering exactly
+    //   [0, tokens.size()), then at most one state page (token_start 0, token_count
+    //   tokens.size()); !tokens.empty().
     // unavailable when it cannot fit under the hard limit (counted in n_refused).
     result<exact_insert_result> insert(const digest256 & ns, std::span<const token_id> tokens,
                                        std::vector<page_bytes> pages);
@@ -76,10 +79,22 @@ public:
     result<exact_insert_result> insert(const digest256 & ns, std::span<const token_id> tokens,
                                        std::span<const page_bytes> pages);
 
-    // The pages of entry id that start before max_tokens, each read back and checked
+    // The KV pages of entry id that start before max_tokens, and its state page when
+    // max_tokens reaches the entry's length, each read back and checked
     // against its blob hashes: integrity when a block went bad (the caller quarantines).
     // not_found for an id this store does not hold.
     result<std::vector<page_bytes>> read_pages(entry_id id, int64_t max_tokens);
+    // The same, filling the pages' byte vectors from `spare` (moved out of it, the best
+    // fitting first) before allocating: a caller that hands the vectors back after use
+    // restores megabytes without touching fresh memory (page faults cost more than the
+    // copy). With verify false the blocks are not re-hashed: every page carries its own
+    // SHA-256, which the importer checks before the first byte is used; when that fails
+    // the caller calls verify(id) before quarantining, so a bad block is still unlinked.
+    result<std::vector<page_bytes>> read_pages(entry_id id, int64_t max_tokens, std::vector<std::vector<uint8_t>> & spare,
+                                               bool verify = true);
+    // Re-hashes every block of the entry (blob_store::verify): integrity when one went
+    // bad, which is unlinked from the content index.
+    status verify(entry_id id);
 
     // Removes an unreferenced entry and releases its blocks (unavailable while
     // referenced, not_found when unknown). quarantine also counts the entry as bad.
@@ -107,6 +122,8 @@ private:
         int64_t              token_count = 0;
         std::string          page_id;
         std::vector<blob_id> blobs;
+        page_kind            kind = page_kind::kv;
+        int64_t              n_bytes = 0;
     };
     status drop(entry_id id, removal_reason reason);
 
@@ -115,6 +132,8 @@ private:
     blob_store                                            blobs_;
     std::unordered_map<entry_id, std::vector<stored_page>> pages_;
     int64_t                                               n_pages_ = 0;
+    int64_t                                               n_state_pages_ = 0;
+    int64_t                                               state_bytes_ = 0;
     int64_t                                               n_inserts_ = 0;
     int64_t                                               n_refused_ = 0;
     int64_t                                               n_evictions_ = 0;

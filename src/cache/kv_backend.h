@@ -11,6 +11,7 @@
 #pragma once
 
 #include "base/status.h"
+#include "cache/digest.h"
 #include "kv/kv.h"
 
 #include <cstdint>
@@ -19,6 +20,23 @@
 #include <vector>
 
 namespace skippy::cache {
+
+// A copy of a session's recurrent state at a token boundary (a stage with recurrent
+// layers, e.g. qwen35's delta-net), taken on the request thread (a memory copy) and
+// serialized later on the record worker, so the request never pays for the encoding
+// and hashing of megabytes.
+class state_snapshot_i {
+public:
+    virtual ~state_snapshot_i() = default;
+    // Positions folded into the state.
+    virtual int64_t n_tokens() const = 0;
+    // Host memory the copy holds.
+    virtual int64_t n_bytes() const = 0;
+    // The snapshot's bytes (model/recurrent_snapshot.h, docs/kv-cache.md §2), naming
+    // the namespace it is stored under. Only reads; any thread.
+    virtual result<std::vector<uint8_t>> serialize(const digest256 & ns) const = 0;
+};
+using state_snapshot_ptr = std::shared_ptr<const state_snapshot_i>;
 
 class kv_backend_i {
 public:
@@ -61,6 +79,28 @@ public:
     // session, which must hold exactly its token_start positions. Errors as import_page:
     // integrity / invalid_data / unsupported for a bad page, unavailable for a full pool.
     virtual status import_page(int32_t session, std::span<const uint8_t> page) = 0;
+
+    // ---- Recurrent state (stages with recurrent layers; the defaults are a stage
+    // without any). Its sessions hold, besides KV, a state that a KV prefix cannot
+    // rebuild: a prefix restores only with the snapshot taken at its very length.
+    virtual bool has_recurrent_state() const { return false; }
+    // A copy of the session's recurrent state, which must hold exactly n_tokens
+    // positions (invalid_argument otherwise; unsupported without recurrent state).
+    virtual result<state_snapshot_ptr> snapshot_state(int32_t session, int64_t n_tokens) const {
+        (void)session;
+        (void)n_tokens;
+        return make_error(error_code::unsupported, "this stage has no recurrent state");
+    }
+    // Validates a serialized snapshot completely — framing, checksum (integrity),
+    // namespace `ns`, shape and position equal to the session's KV length (invalid_data),
+    // version (unsupported) — and only then makes it the session's recurrent state.
+    // The session's KV must already hold the snapshot's positions.
+    virtual status import_state(int32_t session, std::span<const uint8_t> snapshot, const digest256 & ns) {
+        (void)session;
+        (void)snapshot;
+        (void)ns;
+        return make_error(error_code::unsupported, "this stage has no recurrent state");
+    }
 };
 
 using kv_backend_ptr = std::shared_ptr<kv_backend_i>;

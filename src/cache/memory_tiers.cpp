@@ -49,6 +49,7 @@ tier_record_result resident_tier::record(const tier_record_request & req) {
         case resident_record_outcome::covered: r.state = tier_record_state::covered; break;
         case resident_record_outcome::full: r.state = tier_record_state::refused; break;
         case resident_record_outcome::off: r.state = tier_record_state::off; break;
+        case resident_record_outcome::unsupported: r.state = tier_record_state::refused; break;  // the cache never asks then
     }
     return r;
 }
@@ -81,10 +82,17 @@ tier_stats resident_tier::stats() const {
 // Exact state
 
 exact_tier::exact_tier(exact_state_store & store, radix_index & index, kv_backend_i & backend)
-    : store_(store), index_(index), backend_(backend) {}
+    : store_(store), index_(index), backend_(backend), whole_entries_(backend.has_recurrent_state()) {}
 
 tier_peek_result exact_tier::peek(const tier_peek_request & req) {
     tier_peek_result r;
+    if (whole_entries_) {
+        // A recurrent state cannot be cut back: only an entry within the target serves.
+        const int64_t n = std::clamp<int64_t>(req.target, 0, static_cast<int64_t>(req.tokens.size()));
+        r.matched_tokens = index_.peek(req.ns.hash, req.tokens.first(static_cast<size_t>(n)), entry_kind::exact_state).matched_tokens;
+        r.restorable_tokens = r.matched_tokens;
+        return r;
+    }
     r.matched_tokens = index_.peek(req.ns.hash, req.tokens, entry_kind::exact_state).matched_tokens;
     r.restorable_tokens = std::min(r.matched_tokens, req.target);
     return r;
@@ -92,7 +100,10 @@ tier_peek_result exact_tier::peek(const tier_peek_request & req) {
 
 tier_restore_result exact_tier::restore(const tier_restore_request & req) {
     tier_restore_result r;
-    const match_result m = index_.lookup(req.ns.hash, req.tokens, entry_kind::exact_state);
+    const std::span<const token_id> query =
+        whole_entries_ ? req.tokens.first(static_cast<size_t>(std::clamp<int64_t>(req.n_tokens, 0, static_cast<int64_t>(req.tokens.size()))))
+                       : req.tokens;
+    const match_result m = index_.lookup(req.ns.hash, query, entry_kind::exact_state);
     // The reference keeps the entry through the import's admission, which may demote
     // resident entries into this tier and so evict exact-state entries.
     if (status st = index_.acquire(m.id); !st.is_ok()) {
@@ -106,12 +117,34 @@ tier_restore_result exact_tier::restore(const tier_restore_request & req) {
         (void)index_.release(m.id);
         r.error = st.code();
         ++n_errors_;
-        if (is_validation_error(st.code()) && store_.quarantine(m.id).is_ok()) r.quarantined = true;
+        if (is_validation_error(st.code())) {
+            (void)store_.verify(m.id);  // a block gone bad leaves the content index before the entry goes
+            if (store_.quarantine(m.id).is_ok()) r.quarantined = true;
+        }
         return r;
     };
     if (status st = backend_.truncate_session(req.session, 0); !st.is_ok()) return fail(st);
-    auto pages = store_.read_pages(m.id, req.n_tokens);
+    if (whole_entries_ && m.entry_tokens != req.n_tokens) {
+        return fail(make_error(error_code::not_found, "no exact-state entry of exactly " + std::to_string(req.n_tokens) + " tokens"));
+    }
+    // Not re-hashed here: the importer checks every page's own SHA-256 before using a
+    // byte of it (and fail() re-hashes the blocks when it refuses one).
+    auto pages = store_.read_pages(m.id, req.n_tokens, spare_, /*verify=*/false);
     if (!pages.is_ok()) return fail(pages.error());
+    // The vectors go back to spare_ whatever happens below.
+    struct give_back {
+        std::vector<page_bytes> & pages;
+        std::vector<std::vector<uint8_t>> & spare;
+        ~give_back() {
+            for (page_bytes & p : pages) {
+                if (spare.size() < 256) spare.push_back(std::move(p.bytes));  // a restore of 16k tokens at 64 per page
+            }
+        }
+    } keep{*pages, spare_};
+    if (whole_entries_ && (pages->empty() || pages->back().kind != page_kind::state)) {
+        // Without its snapshot the KV would continue a state it does not match.
+        return fail(make_error(error_code::invalid_data, "exact-state entry without its recurrent-state snapshot"));
+    }
     if (status st = req.importer->import(req.session, *pages, req.n_tokens); !st.is_ok()) return fail(st);
     (void)index_.release(m.id);
     r.imported_pages = static_cast<int64_t>(pages->size());

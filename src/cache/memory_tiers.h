@@ -46,15 +46,18 @@ private:
 
 class exact_tier final : public cache_tier_i {
 public:
-    // REQUIRES: store, index and backend outlive the tier.
+    // REQUIRES: store, index and backend outlive the tier. With the backend's recurrent
+    // state (has_recurrent_state), entries carry a state page and restore only whole:
+    // peek answers the longest entry within the target, never a cut of a longer one.
     exact_tier(exact_state_store & store, radix_index & index, kv_backend_i & backend);
 
     cache_tier id() const override { return cache_tier::exact_state; }
     bool enabled() const override { return store_.config().hard_limit_bytes > 0; }
     bool does_io() const override { return false; }
     tier_peek_result peek(const tier_peek_request & req) override;
-    // Imports the entry's pages up to the one covering n_tokens; a page failing
-    // validation quarantines the entry.
+    // Imports the entry's pages up to the one covering n_tokens (with recurrent state:
+    // the entry of exactly n_tokens, its KV pages and its state page); a page failing
+    // validation, or such an entry without its state page, quarantines the entry.
     tier_restore_result restore(const tier_restore_request & req) override;
     // covered when an entry holds exactly these tokens, else wants_pages.
     tier_record_result record(const tier_record_request & req) override;
@@ -66,7 +69,12 @@ private:
     exact_state_store & store_;
     radix_index &       index_;
     kv_backend_i &      backend_;
+    const bool          whole_entries_;  // the backend has recurrent state
     int64_t             n_errors_ = 0;
+    // The byte vectors of the last restore's pages, handed back for the next: a restore
+    // reads megabytes (a state snapshot is several), and fresh memory costs a page fault
+    // per 4 KiB. Holds at most what the largest restore read.
+    std::vector<std::vector<uint8_t>> spare_;
 };
 
 }  // namespace skippy::cache

@@ -14,8 +14,8 @@ pool_kv_backend::pool_kv_backend(kv_pool & pool, std::vector<kv_sequence *> sess
                                  int32_t layer_end)
     : pool_(pool),
       sessions_(std::move(sessions)),
-      geometry_{layer_start, layer_end, pool.geometry().kv_dim, pool.geometry().dtype} {
-    assert(layer_end - layer_start == pool.geometry().n_layers);
+      geometry_{layer_start, layer_end, pool.geometry().kv_dim, pool.geometry().dtype, pool.geometry().n_layers} {
+    assert(pool.geometry().n_layers >= 1 && pool.geometry().n_layers <= layer_end - layer_start);
 }
 
 int32_t pool_kv_backend::block_tokens() const { return pool_.geometry().block_tokens; }

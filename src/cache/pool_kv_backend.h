@@ -11,8 +11,9 @@ namespace skippy::cache {
 class pool_kv_backend final : public kv_backend_i {
 public:
     // sessions[i] is lane i's sequence. REQUIRES: pool and every sequence outlive this
-    // object; each sequence allocates from `pool`; layer_end - layer_start ==
-    // pool.geometry().n_layers (the stage's layer range, written into pages).
+    // object; each sequence allocates from `pool`; [layer_start, layer_end) is the
+    // stage's layer range (written into pages), holding pool.geometry().n_layers layers
+    // with KV (all of them, but a hybrid model's recurrent layers).
     pool_kv_backend(kv_pool & pool, std::vector<kv_sequence *> sessions, int32_t layer_start, int32_t layer_end);
 
     const kv_page_geometry & page_geometry() const { return geometry_; }

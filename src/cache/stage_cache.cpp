@@ -1,6 +1,7 @@
 #include "cache/stage_cache.h"
 
 #include "base/log.h"
+#include "cache/checkpoint_policy.h"
 
 #include <algorithm>
 #include <chrono>
@@ -40,26 +41,28 @@ struct stage_cache::block_snapshot {
 // For tiers called with the lock held (exact state).
 class stage_cache::locked_importer final : public page_importer_i {
 public:
-    explicit locked_importer(stage_cache & c) : cache_(c) {}
+    locked_importer(stage_cache & c, const digest256 & ns) : cache_(c), ns_(ns) {}
     status import(int32_t session, std::span<const page_bytes> pages, int64_t n_tokens) override {
-        return cache_.import_locked(session, pages, n_tokens);
+        return cache_.import_locked(ns_, session, pages, n_tokens);
     }
 
 private:
-    stage_cache & cache_;
+    stage_cache &   cache_;
+    const digest256 ns_;
 };
 
 // For io tiers, called without it: the import itself needs it (admission).
 class stage_cache::unlocked_importer final : public page_importer_i {
 public:
-    explicit unlocked_importer(stage_cache & c) : cache_(c) {}
+    unlocked_importer(stage_cache & c, const digest256 & ns) : cache_(c), ns_(ns) {}
     status import(int32_t session, std::span<const page_bytes> pages, int64_t n_tokens) override {
         std::lock_guard<std::mutex> lock(cache_.mutex_);
-        return cache_.import_locked(session, pages, n_tokens);
+        return cache_.import_locked(ns_, session, pages, n_tokens);
     }
 
 private:
-    stage_cache & cache_;
+    stage_cache &   cache_;
+    const digest256 ns_;
 };
 
 std::string_view exact_record_state_name(exact_record_state s) {
@@ -79,6 +82,7 @@ std::string_view resident_record_name(resident_record_outcome o) {
         case resident_record_outcome::covered: return "covered";
         case resident_record_outcome::full: return "full";
         case resident_record_outcome::off: return "off";
+        case resident_record_outcome::unsupported: return "unsupported";
     }
     return "off";
 }
@@ -99,6 +103,8 @@ status stage_cache_config::validate() const {
     if (activation_max_bytes < 0) return bad("activation_max_bytes must be >= 0");
     if (disk_max_bytes < 0) return bad("disk_max_bytes must be >= 0");
     if (redis_timeout_ms < 1 || redis_timeout_ms > 60000) return bad("redis_timeout_ms must be in [1, 60000]");
+    if (checkpoint_tokens < 0 || checkpoint_tokens > (int64_t{1} << 24)) return bad("checkpoint_tokens must be in [0, 2^24]");
+    if (record_wait_ms < 0 || record_wait_ms > 60000) return bad("record_wait_ms must be in [0, 60000]");
     if (!redis_url.empty()) {
         auto url = parse_redis_url(redis_url);
         if (!url.is_ok()) return bad(url.error().message());
@@ -117,8 +123,17 @@ disk_tier_config disk_config_of(const stage_cache_config & c) {
     return d;
 }
 
-std::unique_ptr<disk_tier> open_disk_or_warn(const stage_cache_config & c) {
-    if (c.disk_dir.empty()) return nullptr;
+// The disk and Redis tiers serve a cut of a longer stored prompt (KV slices); a stage
+// with recurrent layers restores only whole entries with their snapshot, which those
+// tiers do not keep yet: they stay off there.
+void warn_page_tiers_off(const stage_cache_config & c) {
+    if (!c.disk_dir.empty() || !c.redis_url.empty()) {
+        SKIPPY_LOG_WARN("kv cache: the disk and Redis tiers are off on a stage with recurrent layers (they keep no state snapshots)");
+    }
+}
+
+std::unique_ptr<disk_tier> open_disk_or_warn(const stage_cache_config & c, bool recurrent) {
+    if (c.disk_dir.empty() || recurrent) return nullptr;
     auto d = disk_tier::open(disk_config_of(c));
     if (d.is_ok()) return std::move(d).value();
     SKIPPY_LOG_WARN("kv cache: disk tier off: %s", d.error().to_string().c_str());
@@ -128,12 +143,13 @@ std::unique_ptr<disk_tier> open_disk_or_warn(const stage_cache_config & c) {
 }  // namespace
 
 stage_cache::stage_cache(kv_backend_i & backend, const stage_cache_config & config, telemetry::event_sink_ptr sink)
-    : stage_cache(backend, config, std::move(sink), open_disk_or_warn(config)) {}
+    : stage_cache(backend, config, std::move(sink), open_disk_or_warn(config, backend.has_recurrent_state())) {}
 
 stage_cache::stage_cache(kv_backend_i & backend, const stage_cache_config & config, telemetry::event_sink_ptr sink,
                          std::unique_ptr<disk_tier> disk)
     : backend_(backend),
       config_(config),
+      recurrent_(backend.has_recurrent_state()),
       sink_(std::move(sink)),
       exact_(index_, exact_state_config{config.effective_soft_bytes(), config.exact_max_bytes,
                                         static_cast<size_t>(config.exact_block_bytes)}),
@@ -142,7 +158,8 @@ stage_cache::stage_cache(kv_backend_i & backend, const stage_cache_config & conf
       exact_tier_(exact_, index_, backend),
       disk_tier_(std::move(disk)),
       activation_(config.activation_max_bytes) {
-    if (!config.redis_url.empty()) {
+    if (recurrent_) warn_page_tiers_off(config);
+    if (!config.redis_url.empty() && !recurrent_) {
         redis_tier_config rc;
         rc.url = config.redis_url;
         rc.timeout_ms = config.redis_timeout_ms;
@@ -165,7 +182,7 @@ result<std::unique_ptr<stage_cache>> stage_cache::create(kv_backend_i & backend,
                                                          telemetry::event_sink_ptr sink) {
     SKIPPY_TRY(config.validate());
     std::unique_ptr<disk_tier> disk;
-    if (!config.disk_dir.empty()) {
+    if (!config.disk_dir.empty() && !backend.has_recurrent_state()) {
         SKIPPY_ASSIGN_OR_RETURN(disk, disk_tier::open(disk_config_of(config)));
     }
     return std::unique_ptr<stage_cache>(new stage_cache(backend, config, std::move(sink), std::move(disk)));
@@ -187,6 +204,41 @@ void stage_cache::emit(const decision_event & ev) const {
 // ---------------------------------------------------------------------------------
 // Lookups
 
+bool stage_cache::tier_usable(size_t i) const {
+    // The resident tier holds KV blocks only: on a stage with recurrent layers it serves
+    // and records nothing (recurrent_layers_reason in the events).
+    return tiers_[i] && tiers_[i]->enabled() && !(recurrent_ && i == tier_index(cache_tier::resident));
+}
+
+namespace {
+
+int64_t best_restorable(std::span<const tier_candidate> c) {
+    int64_t best = 0;
+    for (const tier_candidate & t : c) {
+        if (t.peeked && t.peek.error == error_code::ok) best = std::max(best, t.peek.restorable_tokens);
+    }
+    return best;
+}
+
+}  // namespace
+
+double stage_cache::wait_for_inflight_locked(const digest256 & ns, std::span<const token_id> tokens, int64_t target, int64_t best,
+                                             lock_type & lock) {
+    auto awaited = [&] {
+        const int64_t n = inflight_.awaited(ns, tokens, target);
+        return n > best && n >= config_.min_tokens;
+    };
+    if (config_.record_wait_ms <= 0 || !awaited()) return 0;
+    const auto t0 = clock_type::now();
+    ++n_lookup_waits_;
+    // The worker stores the record, removes it from inflight_ and notifies; a record
+    // that is still not stored when the bound passes is given up on (the caller computes).
+    if (!records_cv_.wait_until(lock, t0 + std::chrono::milliseconds(config_.record_wait_ms), [&] { return !awaited(); })) {
+        ++n_lookup_wait_timeouts_;
+    }
+    return std::max(ms_since(t0), 1e-3);
+}
+
 void stage_cache::peek_tiers(const cache_namespace & ns, std::span<const token_id> tokens, int64_t target, candidates & c,
                              lock_type & lock) {
     const tier_peek_request req{ns, tokens, target};
@@ -196,7 +248,7 @@ void stage_cache::peek_tiers(const cache_namespace & ns, std::span<const token_i
     for (size_t i = 0; i < n_cache_tiers; ++i) {
         c[i].tier = static_cast<cache_tier>(i + 1);
         cache_tier_i * t = tiers_[i];
-        if (!t || !t->enabled() || t->does_io()) continue;
+        if (!tier_usable(i) || t->does_io()) continue;
         c[i].peeked = true;
         c[i].peek = t->peek(req);
         best = std::max(best, c[i].peek.restorable_tokens);
@@ -230,6 +282,7 @@ void stage_cache::note_tier_attrs(decision_event & ev, const candidates & c) con
         if (s.peek.error != error_code::ok) ev.text<attr::redis_error_class>(error_class_name(s.peek.error));
     }
     ev.text<attr::kv_candidates>(candidates_text(c));  // the tiers asked and what each could restore
+    if (recurrent_) ev.flag<attr::kv_recurrent>(true).text<attr::kv_resident_reason>(recurrent_layers_reason);
 }
 
 void stage_cache::count_look_locked(int32_t session, cache_tier served) {
@@ -237,7 +290,7 @@ void stage_cache::count_look_locked(int32_t session, cache_tier served) {
     if (served == cache_tier::none) {
         if (l.counted) return;
         for (size_t i = 0; i < n_cache_tiers; ++i) {
-            if (tiers_[i] && tiers_[i]->enabled()) ++n_look_misses_[i];
+            if (tier_usable(i)) ++n_look_misses_[i];
         }
     } else {
         if (l.hit) return;
@@ -245,7 +298,7 @@ void stage_cache::count_look_locked(int32_t session, cache_tier served) {
         // miss was already counted for this request).
         if (!l.counted) {
             for (size_t i = 0; i < tier_index(served); ++i) {
-                if (tiers_[i] && tiers_[i]->enabled()) ++n_look_misses_[i];
+                if (tier_usable(i)) ++n_look_misses_[i];
             }
         }
         ++n_look_hits_[tier_index(served)];
@@ -267,20 +320,16 @@ probe_result stage_cache::probe(const probe_request & req) {
         r.decision = nonzero_token_start_decision;
         return r;
     }
-    if (config_.recurrent_layers) {
-        if (req.session >= 0) {
-            lock_type lock(mutex_);
-            count_look_locked(req.session, cache_tier::none);
-        }
-        r.decision = lookup_decision_name(lookup_kind::probe, lookup_outcome::miss);
-        ev.text<attr::kv_decision>(r.decision).text<attr::kv_reason>(recurrent_layers_reason);
-        emit(ev);
-        return r;
-    }
     candidates c{};
+    double waited_ms = 0;
     {
         lock_type lock(mutex_);
         peek_tiers(req.ns, req.tokens, target, c, lock);
+        waited_ms = wait_for_inflight_locked(req.ns.hash, req.tokens, target, best_restorable(c), lock);
+        if (waited_ms > 0) {
+            c = candidates{};
+            peek_tiers(req.ns, req.tokens, target, c, lock);
+        }
         const int best = choose_tier(c, config_.min_tokens);
         if (best >= 0) {
             r.restorable_tokens = c[static_cast<size_t>(best)].peek.restorable_tokens;
@@ -299,6 +348,7 @@ probe_result stage_cache::probe(const probe_request & req) {
         .num<attr::kv_token_start>(req.ns.token_start)
         .num<attr::kv_token_count>(r.restorable_tokens)
         .real<attr::kv_lookup_ms>(ms_since(t0));
+    if (waited_ms > 0) ev.real<attr::kv_record_wait_ms>(waited_ms);
     note_tier_attrs(ev, c);
     emit(ev);
     return r;
@@ -369,14 +419,20 @@ restore_result stage_cache::restore_impl(const restore_request & req, decision_e
         ev.text<attr::kv_decision>(r.decision).text<attr::kv_error_class>("unsupported");
         return r;
     }
-    if (config_.recurrent_layers) {
-        ev.text<attr::kv_reason>(recurrent_layers_reason);
-        return finish(lookup_outcome::miss);
-    }
+    if (recurrent_) ev.flag<attr::kv_recurrent>(true).text<attr::kv_resident_reason>(recurrent_layers_reason);
     if (target < config_.min_tokens) return finish(lookup_outcome::miss);
 
     candidates c{};
     peek_tiers(req.ns, req.tokens, target, c, lock);
+    // Not in-band: that lookup runs inside a step, where a wait would hold up every lane
+    // of the step; the chain's own restore (probe, restore) has waited already.
+    const bool may_wait = req.kind != lookup_kind::in_band;
+    if (const double waited_ms = may_wait ? wait_for_inflight_locked(req.ns.hash, req.tokens, target, best_restorable(c), lock) : 0;
+        waited_ms > 0) {
+        ev.real<attr::kv_record_wait_ms>(waited_ms);
+        c = candidates{};
+        peek_tiers(req.ns, req.tokens, target, c, lock);
+    }
     for (const tier_candidate & t : c) r.matched_tokens = std::max(r.matched_tokens, t.peek.matched_tokens);
     note_tier_attrs(ev, c);
 
@@ -419,12 +475,12 @@ restore_result stage_cache::restore_impl(const restore_request & req, decision_e
     r.tier = tier;
     tier_restore_result tr;
     if (source->does_io()) {
-        unlocked_importer importer(*this);
+        unlocked_importer importer(*this, req.ns.hash);
         lock.unlock();
         tr = source->restore(tier_restore_request{req.ns, req.session, req.tokens, best, &importer});
         lock.lock();
     } else {
-        locked_importer importer(*this);
+        locked_importer importer(*this, req.ns.hash);
         tr = source->restore(tier_restore_request{req.ns, req.session, req.tokens, best, &importer});
     }
     if (tr.error != error_code::ok) {
@@ -440,26 +496,45 @@ restore_result stage_cache::restore_impl(const restore_request & req, decision_e
     r.imported_pages = tr.imported_pages;
     r.restored_tokens = best;
     ++n_restores_[tier_index(tier)];
+    if (recurrent_) ++n_state_restores_;
     accumulator_.seed(req.session, req.tokens.first(static_cast<size_t>(best)));
     return finish(best == target ? lookup_outcome::hit : lookup_outcome::short_);
 }
 
-status stage_cache::import_locked(int32_t session, std::span<const page_bytes> pages, int64_t n_tokens) {
+status stage_cache::import_locked(const digest256 & ns, int32_t session, std::span<const page_bytes> pages, int64_t n_tokens) {
     auto fail = [&](const status & st) {
         (void)backend_.truncate_session(session, 0);
         return st;
     };
     status st = backend_.truncate_session(session, 0);
     if (!st.is_ok()) return fail(st);
-    const int64_t end = pages.empty() ? 0 : pages.back().token_start + pages.back().token_count;
+    int64_t end = 0;
+    const page_bytes * state = nullptr;
+    for (const page_bytes & p : pages) {
+        if (p.kind == page_kind::state) {
+            state = &p;
+        } else {
+            end = std::max(end, p.token_start + p.token_count);
+        }
+    }
     const int64_t bt = backend_.block_tokens();
     (void)resident_tier_.evict(tier_evict_request{(end + bt - 1) / bt});
     for (const page_bytes & p : pages) {
+        if (p.kind != page_kind::kv) continue;
         st = backend_.import_page(session, p.bytes);
         if (!st.is_ok()) return fail(st);
     }
     st = backend_.truncate_session(session, n_tokens);
     if (!st.is_ok()) return fail(st);
+    // The state last: the backend checks it sits exactly at the KV's end.
+    if (recurrent_ && !state) return fail(make_error(error_code::invalid_data, "KV pages without the recurrent-state snapshot"));
+    if (state) {
+        if (state->token_count != n_tokens) {
+            return fail(make_error(error_code::invalid_data, "a recurrent-state snapshot of another length than the restore"));
+        }
+        st = backend_.import_state(session, state->bytes, ns);
+        if (!st.is_ok()) return fail(st);
+    }
     return status::ok();
 }
 
@@ -472,7 +547,7 @@ activation_restore_result stage_cache::restore_with_activation(const activation_
     note_call(ev, req.session, req.request_id, req.message_kind);
     // A frame would skip this stage's compute, and so the recurrent state it updates.
     const bool want_frame = lookups_enabled() && activation_.enabled() && max_tokens == n && n >= config_.min_tokens &&
-                            check_token_start(req.ns).is_ok() && !config_.recurrent_layers;
+                            check_token_start(req.ns).is_ok() && !recurrent_;
     activation_key key;
     if (want_frame) key = activation_key{prefix_hash(req.ns, req.tokens), n, req.width};
     // Only a full hit skips compute, and a chunk that does not skip is computed whole, so
@@ -492,7 +567,7 @@ activation_restore_result stage_cache::restore_with_activation(const activation_
         out.outcome = activation_outcome::miss;
         // No KV tier was asked: the chunk is computed from position token_start.
         ev.num<attr::kv_token_start>(req.ns.token_start).num<attr::kv_token_count>(0).text<attr::kv_candidates>("activation=0");
-        if (config_.recurrent_layers) ev.text<attr::kv_reason>(recurrent_layers_reason);
+        if (recurrent_) ev.flag<attr::kv_recurrent>(true).text<attr::kv_resident_reason>(recurrent_layers_reason);
     } else if (out.kv.outcome == lookup_outcome::error) {
         out.outcome = activation_outcome::kv_error;
     } else if (out.kv.outcome == lookup_outcome::hit) {
@@ -627,7 +702,30 @@ record_result stage_cache::record_tokens(const cache_namespace & ns, int32_t ses
     return record_tokens(record_request{ns, session, reason, 0, {}}, tokens);
 }
 
+std::vector<int64_t> stage_cache::prefill_checkpoints(int64_t pos_start, int64_t n_tokens) const {
+    if (!recurrent_ || !records_enabled()) return {};
+    return cache::prefill_checkpoints(pos_start, n_tokens, config_.checkpoint_tokens, config_.min_tokens);
+}
+
+record_result stage_cache::record_checkpoint(const record_request & req, int64_t n_tokens, state_snapshot_ptr state) {
+    std::vector<token_id> tokens;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!records_enabled()) return record_result{};
+        const std::span<const token_id> acc = accumulator_.tokens(req.session);
+        if (n_tokens <= 0 || static_cast<int64_t>(acc.size()) < n_tokens) return record_result{};  // broken or not noted
+        tokens.assign(acc.begin(), acc.begin() + n_tokens);
+    }
+    record_request r = req;
+    r.reason = record_reason::checkpoint;
+    return record_tokens_impl(r, tokens, std::move(state));
+}
+
 record_result stage_cache::record_tokens(const record_request & req, std::span<const token_id> tokens) {
+    return record_tokens_impl(req, tokens, nullptr);
+}
+
+record_result stage_cache::record_tokens_impl(const record_request & req, std::span<const token_id> tokens, state_snapshot_ptr snap) {
     record_result r;
     if (!records_enabled()) return r;
     const auto t0 = clock_type::now();
@@ -637,7 +735,9 @@ record_result stage_cache::record_tokens(const record_request & req, std::span<c
     r.tokens = n;
     decision_event ev(record_event_name, ns.stage_index);
     note_call(ev, session, req.request_id, req.message_kind);
-    ev.text<attr::kv_reason>(req.reason == record_reason::final_prefill ? "final_prefill" : "stop")
+    ev.text<attr::kv_reason>(req.reason == record_reason::final_prefill ? "final_prefill"
+                             : req.reason == record_reason::stop        ? "stop"
+                                                                        : "checkpoint")
         .num<attr::kv_record_tokens>(n)
         .num<attr::kv_token_start>(ns.token_start)
         .num<attr::kv_token_count>(n);
@@ -663,14 +763,18 @@ record_result stage_cache::record_tokens(const record_request & req, std::span<c
         r.error = error_code::unsupported;
         return finish(record_outcome::unsupported);
     }
-    if (config_.recurrent_layers) {
-        ev.text<attr::kv_reason>(recurrent_layers_reason);
-        return finish(record_outcome::skipped);
+    if (recurrent_) {
+        r.resident = resident_record_outcome::unsupported;
+        ev.flag<attr::kv_recurrent>(true).text<attr::kv_resident_reason>(recurrent_layers_reason);
     }
     if (n < config_.min_tokens) return finish(record_outcome::skipped_short);
     auto held = backend_.session_tokens(session);
     if (!held.is_ok() || *held < n) {
         r.error = held.is_ok() ? error_code::internal : held.error().code();
+        return finish(record_outcome::error);
+    }
+    if (snap && snap->n_tokens() != n) {
+        r.error = error_code::internal;
         return finish(record_outcome::error);
     }
 
@@ -691,7 +795,7 @@ record_result stage_cache::record_tokens(const record_request & req, std::span<c
     {
         std::lock_guard<std::mutex> lock(mutex_);
         namespaces_.emplace(ns.hash, ns);
-        if (resident_tier_.enabled()) {
+        if (resident_tier_.enabled() && !recurrent_) {
             const tier_record_result rr = resident_tier_.record(tier_req);
             r.resident = rr.resident;
             if (rr.state == tier_record_state::error) r.error = rr.error;
@@ -700,6 +804,18 @@ record_result stage_cache::record_tokens(const record_request & req, std::span<c
     }
     page_state(disk_tier_.get(), r.disk, wants.disk);    // io tiers: without the lock
     page_state(redis_tier_.get(), r.redis, wants.redis);
+
+    if (recurrent_ && !snap && wants.any()) {
+        // The live state must sit at this record's end (it does after the final chunk
+        // and at Stop); a boundary it has moved past cannot be recorded any more.
+        auto live = backend_.snapshot_state(session, n);
+        if (!live.is_ok()) {
+            r.error = live.error().code();
+            r.exact = page_record_state::error;
+            return finish(record_outcome::error);
+        }
+        snap = std::move(live).value();
+    }
 
     const page_wants asked = wants;
     std::unique_ptr<pending_record> job;
@@ -711,6 +827,7 @@ record_result stage_cache::record_tokens(const record_request & req, std::span<c
             job->ns = ns;
             job->tokens.assign(tokens.begin(), tokens.end());
             job->snapshot = std::make_shared<block_snapshot>(backend_, std::move(*blocks));
+            job->state = snap;
             job->wants = wants;
             job->hook = record_hook_;
         } else {
@@ -734,7 +851,7 @@ record_result stage_cache::record_tokens(const record_request & req, std::span<c
                                      std::equal(older.begin(), older.end(), job->tokens.begin());
                 if (extends) {
                     job->checkpoints = std::move(pending_record_->checkpoints);
-                    job->checkpoints.push_back(static_cast<int64_t>(older.size()));
+                    job->checkpoints.push_back(checkpoint{static_cast<int64_t>(older.size()), pending_record_->state});
                     job->wants.exact = job->wants.exact || pending_record_->wants.exact;
                     job->wants.disk = job->wants.disk || pending_record_->wants.disk;
                     job->wants.redis = job->wants.redis || pending_record_->wants.redis;
@@ -742,16 +859,23 @@ record_result stage_cache::record_tokens(const record_request & req, std::span<c
                 } else {
                     ++n_records_superseded_;
                 }
+                inflight_.remove(pending_record_->ticket);
                 replaced = std::move(pending_record_);
             }
+            std::vector<int64_t> lengths;
+            for (const checkpoint & c : job->checkpoints) lengths.push_back(c.n_tokens);
+            lengths.push_back(static_cast<int64_t>(job->tokens.size()));
+            job->ticket = inflight_.add(ns.hash, job->tokens, std::move(lengths));
             pending_record_ = std::move(job);
         }
+        if (replaced) records_cv_.notify_all();  // a lookup waiting for the superseded record gives up on it
         replaced.reset();
         queued = worker_.submit([this] { run_pending_record(); });
         if (!queued) {  // the worker is stopping
             std::unique_ptr<pending_record> dropped;
             std::lock_guard<std::mutex> lock(mutex_);
             dropped = std::move(pending_record_);
+            if (dropped) inflight_.remove(dropped->ticket);
         }
     }
     auto settle = [&](bool was_asked, page_record_state & state) {
@@ -780,8 +904,9 @@ record_result stage_cache::record_tokens(const record_request & req, std::span<c
     }
 
     auto has = [](page_record_state s) { return s == page_record_state::present || s == page_record_state::off; };
-    const bool resident_has = r.resident == resident_record_outcome::covered || r.resident == resident_record_outcome::off;
-    const bool any_tier = resident_tier_.enabled() || exact_tier_.enabled() || disk_tier_ || redis_tier_;
+    const bool resident_has = r.resident == resident_record_outcome::covered || r.resident == resident_record_outcome::off ||
+                              r.resident == resident_record_outcome::unsupported;
+    const bool any_tier = (resident_tier_.enabled() && !recurrent_) || exact_tier_.enabled() || disk_tier_ || redis_tier_;
     if (resident_took || pages_took) return finish(record_outcome::recorded);
     if (r.error != error_code::ok) return finish(record_outcome::error);
     if (any_tier && resident_has && has(r.exact) && has(r.disk) && has(r.redis)) return finish(record_outcome::skipped_cached);
@@ -798,19 +923,37 @@ void stage_cache::run_pending_record() {
     if (job->hook) job->hook();
     const std::vector<kv_block_id> & blocks = job->snapshot->blocks;
     const int32_t block_tokens = backend_.block_tokens();
-    for (const int64_t n : job->checkpoints) {
-        const std::vector<token_id> prefix(job->tokens.begin(), job->tokens.begin() + n);
-        const size_t n_blocks = static_cast<size_t>((n + block_tokens - 1) / block_tokens);
-        run_record_job(job->ns, prefix, std::span<const kv_block_id>(blocks).first(n_blocks), job->wants);
+    for (const checkpoint & c : job->checkpoints) {
+        const std::vector<token_id> prefix(job->tokens.begin(), job->tokens.begin() + c.n_tokens);
+        const size_t n_blocks = static_cast<size_t>((c.n_tokens + block_tokens - 1) / block_tokens);
+        run_record_job(job->ns, prefix, std::span<const kv_block_id>(blocks).first(n_blocks), job->wants, c.state);
     }
-    run_record_job(job->ns, job->tokens, blocks, job->wants);
+    run_record_job(job->ns, job->tokens, blocks, job->wants, job->state);
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        inflight_.remove(job->ticket);
+    }
+    records_cv_.notify_all();
 }
 
 void stage_cache::run_record_job(const cache_namespace & ns, const std::vector<token_id> & tokens,
-                                 std::span<const kv_block_id> blocks, page_wants wants) {
+                                 std::span<const kv_block_id> blocks, page_wants wants, const state_snapshot_ptr & state) {
     // Export without the lock: the snapshot's references keep the blocks unchanged
     // (a session writing on copies a shared block first).
     auto pages = export_pages(ns, tokens, blocks);
+    int64_t state_bytes = 0;
+    if (pages.is_ok() && state) {
+        // Serialized here, not on the request thread: encoding and hashing megabytes of
+        // state would hold up the prefill that took it.
+        auto bytes = state->serialize(ns.hash);
+        if (bytes.is_ok()) {
+            state_bytes = static_cast<int64_t>(bytes->size());
+            const int64_t n = static_cast<int64_t>(tokens.size());
+            pages->push_back(page_bytes{0, n, page_id(ns, 0, n, prefix_hash(ns, tokens)), std::move(bytes).value(), {}, page_kind::state});
+        } else {
+            pages = bytes.error();
+        }
+    }
     // Content addresses too: hashing megabytes under the lock would stall every
     // forward waiting in make_room_for_write behind this background job.
     if (pages.is_ok() && wants.exact) {
@@ -831,12 +974,14 @@ void stage_cache::run_record_job(const cache_namespace & ns, const std::vector<t
                 ev.text<attr::exact_record>("error").text<attr::kv_error_class>(error_class_name(pages.error().code()));
             } else {
                 ev.num<attr::exact_pages>(static_cast<int64_t>(pages->size())).num<attr::exact_page_bytes>(page_bytes_total);
+                if (state) ev.num<attr::exact_state_bytes>(state_bytes);
                 const tier_store_result st = exact_tier_.store(tier_store_request{ns, tokens, *pages});
                 if (st.state == tier_store_state::refused) {
                     ++n_records_failed_;
                     ev.text<attr::exact_record>("refused").text<attr::kv_error_class>(error_class_name(st.error));
                 } else {
                     ++n_records_stored_;
+                    if (state && st.state == tier_store_state::stored) ++n_state_records_;
                     ev.text<attr::exact_record>(tier_store_state_name(st.state)).num<attr::exact_evicted_entries>(st.n_evicted);
                 }
                 // Summary when entries left the tier (or it refused): the cache lost something.
@@ -940,6 +1085,10 @@ stage_cache_stats stage_cache::stats() const {
         s.n_exact_restores = n_restores_[tier_index(cache_tier::exact_state)];
         s.n_disk_restores = n_restores_[tier_index(cache_tier::disk)];
         s.n_redis_restores = n_restores_[tier_index(cache_tier::redis)];
+        s.n_state_records = n_state_records_;
+        s.n_state_restores = n_state_restores_;
+        s.n_lookup_waits = n_lookup_waits_;
+        s.n_lookup_wait_timeouts = n_lookup_wait_timeouts_;
     }
     if (disk_tier_) s.disk = disk_tier_->disk_stats();
     if (redis_tier_) s.redis = redis_tier_->redis_stats();

@@ -14,6 +14,8 @@
 //   restore({ns, lane, prompt, prompt_tokens - 1})   -> R tokens restored (maybe 0)
 //   make_room_for_write(lane, R, chunk)               before each forward
 //   note_prefill(lane, pos_start, chunk_tokens)       after each prefilled chunk and decoded token
+//   record_checkpoint(..., n, snapshot)               recurrent layers: each snapshot a chunk took
+//                                                     at prefill_checkpoints(pos_start, n_tokens)
 //   record(ns, lane, record_reason::final_prefill)    after the final chunk
 //   record(ns, lane, record_reason::stop)             at Stop: prompt + decoded tokens (only if more was added)
 #pragma once
@@ -25,6 +27,7 @@
 #include "cache/disk_tier.h"
 #include "cache/exact_state_store.h"
 #include "cache/identity.h"
+#include "cache/inflight_records.h"
 #include "cache/kv_backend.h"
 #include "cache/memory_tiers.h"
 #include "cache/radix_index.h"
@@ -35,6 +38,7 @@
 #include "telemetry/telemetry.h"
 
 #include <array>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -61,10 +65,14 @@ struct stage_cache_config {
     std::string redis_url;                        // --kv-cache-redis: redis://host[:port][/db]; "" turns the tier off
     int32_t redis_timeout_ms = 50;                // --kv-cache-redis-timeout-ms: bound on connecting and on every command
     disk_fault_hook disk_fault_for_testing;       // injected write failures (tests only)
-    // The stage has recurrent layers (qwen35): a KV prefix cannot restore their state,
-    // so every lookup is a miss and every record is skipped, each with the reason
-    // recurrent_layers_reason (set by the stage's host, not a flag).
-    bool recurrent_layers = false;
+    // --kv-cache-checkpoint-tokens: on a stage with recurrent layers (the backend's
+    // has_recurrent_state), prefill takes a snapshot at every multiple of this many
+    // tokens (checkpoint_policy.h), besides the prompt's and the generation's ends; 0:
+    // only those. Ignored elsewhere (KV slices at any length).
+    int64_t checkpoint_tokens = 64;
+    // A lookup that a record still queued for the worker would serve better waits for
+    // it, at most this long (ms; 0: never waits).
+    int32_t record_wait_ms = 2000;
 
     // invalid_argument naming the first bad field.
     status validate() const;
@@ -130,7 +138,9 @@ struct activation_restore_result {
     activation_frame   frame;               // set only on activation hit: forward it, skip compute
 };
 
-enum class record_reason : uint8_t { final_prefill, stop };
+// final_prefill: after the prompt's last prefill chunk; stop: the prompt and the answer
+// at Stop; checkpoint: a snapshot a prefill chunk took (recurrent layers).
+enum class record_reason : uint8_t { final_prefill, stop, checkpoint };
 
 struct record_request {
     cache_namespace  ns;
@@ -199,6 +209,14 @@ struct stage_cache_stats {
     int64_t n_exact_restores = 0;     // restores served by the exact-state tier
     int64_t n_disk_restores = 0;
     int64_t n_redis_restores = 0;
+    // Stages with recurrent layers: snapshots stored with exact-state entries, and
+    // restores that put one back.
+    int64_t n_state_records = 0;
+    int64_t n_state_restores = 0;
+    // Lookups that waited for a queued record (docs/kv-cache.md §6), and of those the
+    // ones whose record was not stored within record_wait_ms.
+    int64_t n_lookup_waits = 0;
+    int64_t n_lookup_wait_timeouts = 0;
     disk_tier_stats  disk;           // zero when the tier is off
     redis_tier_stats redis;
 };
@@ -244,7 +262,18 @@ public:
     // restored or last recorded; otherwise does nothing (no event).
     record_result record(const cache_namespace & ns, int32_t session, record_reason reason);
     record_result record(const record_request & req);
-    // Records positions [0, tokens.size()) of the session as the prefix `tokens`.
+    // Stages with recurrent layers, records on: the lengths inside a prefill chunk of
+    // [pos_start, pos_start + n_tokens) at which the stage should snapshot its state
+    // (checkpoint_policy.h with checkpoint_tokens and min_tokens). Empty elsewhere.
+    std::vector<int64_t> prefill_checkpoints(int64_t pos_start, int64_t n_tokens) const;
+    // Records the session's first n_tokens accumulated tokens with `state`, the snapshot
+    // the stage took at that length while it computed them (reason checkpoint).
+    // REQUIRES: the chunk holding them was noted (note_prefill). Nothing (no event) when
+    // records are off or the session's accumulation does not reach n_tokens.
+    record_result record_checkpoint(const record_request & req, int64_t n_tokens, state_snapshot_ptr state);
+    // Records positions [0, tokens.size()) of the session as the prefix `tokens` (on a
+    // stage with recurrent layers, with a snapshot of the session's live state, which
+    // must hold exactly these positions).
     // REQUIRES: the session's KV was computed from exactly these tokens.
     record_result record_tokens(const cache_namespace & ns, int32_t session, std::span<const token_id> tokens,
                                 record_reason reason);
@@ -267,8 +296,9 @@ public:
     // it, or in every enabled tier when none served.
     std::vector<tier_snapshot> tier_snapshots() const;
 
-    // Blocks until the record worker is idle. For tests and orderly shutdown only:
-    // requests never wait for records.
+    // Blocks until the record worker is idle. For tests, for runs of prompts one after
+    // another (generate --prompts-file) and orderly shutdown; a request waits only for a
+    // record that would serve its own lookup (record_wait_ms).
     void wait_for_records();
     // Test hook run on the worker thread at the start of every record job.
     void set_record_hook_for_testing(std::function<void()> hook);
@@ -284,6 +314,12 @@ private:
     struct block_snapshot;
     class locked_importer;
     class unlocked_importer;
+    // A shorter prefix recorded along with a record (its tokens' first n_tokens), and on
+    // a stage with recurrent layers the snapshot taken at that length.
+    struct checkpoint {
+        int64_t            n_tokens = 0;
+        state_snapshot_ptr state;
+    };
     using lock_type = std::unique_lock<std::mutex>;
     using candidates = std::array<tier_candidate, n_cache_tiers>;
     // Which tiers a record job stores pages into.
@@ -305,22 +341,31 @@ private:
     restore_result restore_impl(const restore_request & req, decision_event & ev, lock_type & lock);
     void peek_tiers(const cache_namespace & ns, std::span<const token_id> tokens, int64_t target, candidates & c,
                     lock_type & lock);
-    status import_locked(int32_t session, std::span<const page_bytes> pages, int64_t n_tokens);
+    status import_locked(const digest256 & ns, int32_t session, std::span<const page_bytes> pages, int64_t n_tokens);
+    // Waits (releasing the lock) while a queued or running record would restore more of
+    // the query than `best`, at most record_wait_ms. Returns the time waited (ms), 0
+    // without waiting. REQUIRES: lock holds mutex_.
+    double wait_for_inflight_locked(const digest256 & ns, std::span<const token_id> tokens, int64_t target, int64_t best,
+                                    lock_type & lock);
+    bool tier_usable(size_t i) const;
+    record_result record_tokens_impl(const record_request & req, std::span<const token_id> tokens, state_snapshot_ptr snap);
     bool demote_locked(const evicted_resident & ev);
     void count_look_locked(int32_t session, cache_tier served);
     void note_tier_attrs(decision_event & ev, const candidates & c) const;
     result<std::vector<page_bytes>> export_pages(const cache_namespace & ns, std::span<const token_id> tokens,
                                                  std::span<const kv_block_id> blocks) const;
     void run_record_job(const cache_namespace & ns, const std::vector<token_id> & tokens,
-                        std::span<const kv_block_id> blocks, page_wants wants);
+                        std::span<const kv_block_id> blocks, page_wants wants, const state_snapshot_ptr & state);
     // A record waiting for the worker (one at most, the newest; see record()).
     struct pending_record {
         cache_namespace                 ns;
         std::vector<token_id>           tokens;
         std::shared_ptr<block_snapshot> snapshot;     // blocks holding tokens
+        state_snapshot_ptr              state;        // recurrent layers: the state after tokens
         page_wants                      wants;
-        std::vector<int64_t>            checkpoints;  // shorter prefixes recorded first, ascending
+        std::vector<checkpoint>         checkpoints;  // shorter prefixes recorded first, ascending
         std::function<void()>           hook;
+        inflight_records::ticket        ticket = 0;   // what lookups may wait for, until stored
     };
     // On the worker: takes the pending record, if any, and stores it.
     void run_pending_record();
@@ -333,6 +378,7 @@ private:
 
     kv_backend_i &                                          backend_;
     const stage_cache_config                                config_;
+    const bool                                              recurrent_;  // backend_.has_recurrent_state()
     const telemetry::event_sink_ptr                         sink_;
 
     mutable std::mutex                                      mutex_;  // guards everything below but the worker and io tiers
@@ -351,6 +397,8 @@ private:
     cache_counters                                          totals_;
     std::function<void()>                                   record_hook_;
     std::unique_ptr<pending_record>                         pending_record_;
+    inflight_records                                        inflight_;     // pending and running records
+    std::condition_variable                                 records_cv_;   // a record left inflight_
     std::array<int64_t, n_cache_tiers>                      n_look_hits_{};
     std::array<int64_t, n_cache_tiers>                      n_look_misses_{};
     std::array<int64_t, n_cache_tiers>                      n_restores_{};
@@ -362,6 +410,10 @@ private:
     int64_t n_records_stored_ = 0;
     int64_t n_records_failed_ = 0;
     int64_t n_quarantines_ = 0;
+    int64_t n_state_records_ = 0;
+    int64_t n_state_restores_ = 0;
+    int64_t n_lookup_waits_ = 0;
+    int64_t n_lookup_wait_timeouts_ = 0;
 
     record_worker                                           worker_;  // last: destroyed (joined) first
 };

@@ -8,10 +8,10 @@
 // worker), asks for room (evict) and reads their numbers (stats). Calls take and
 // return small structs so fields can be added without touching every tier.
 //
-// Pages are opaque to a tier: bytes the backend exported (kv_page.h today; a stage of a
-// hybrid model will add a recurrent-state snapshot at a token boundary) that the
-// backend validates on import. A tier stores them, checks its own framing and
-// checksums, and hands them back.
+// Pages are opaque to a tier: bytes the backend exported (KV pages, kv_page.h, and on a
+// stage with recurrent layers one recurrent-state snapshot per entry,
+// model/recurrent_snapshot.h) that the backend validates on import. A tier stores them,
+// checks its own framing and checksums, and hands them back.
 //
 // Locking: a tier with does_io() == false (resident, exact state) is called with the
 // stage cache's lock held and must not block; a tier with does_io() == true (disk,
@@ -32,6 +32,11 @@
 
 namespace skippy::cache {
 
+// What a page holds: KV rows of [token_start, token_start + token_count), or the
+// recurrent state after the first token_count tokens (token_start 0; it follows the
+// entry's KV pages and stands for the entry's whole length).
+enum class page_kind : uint8_t { kv, state };
+
 // One exported page, as the backend produced it.
 struct page_bytes {
     int64_t              token_start = 0;
@@ -41,14 +46,16 @@ struct page_bytes {
     // SHA-256 of each block of bytes (blob_store::block_digests with the store's
     // block_bytes), or empty: the exact-state store then hashes them itself.
     std::vector<digest256> block_digests;
+    page_kind            kind = page_kind::kv;
 };
 
 // What the stage cache does with pages a tier read: puts them into a session.
 class page_importer_i {
 public:
     virtual ~page_importer_i() = default;
-    // Replaces the session's contents with the pages (contiguous from 0, in order),
-    // then keeps positions [0, n_tokens). Makes room in the pool first. On failure the
+    // Replaces the session's contents with the pages (KV pages contiguous from 0, in
+    // order), then keeps positions [0, n_tokens), then imports a state page if there is
+    // one (its token_count must be n_tokens). Makes room in the pool first. On failure the
     // session is empty and the status is the backend's: integrity / invalid_data /
     // unsupported for a page that is not what it claims (the tier quarantines it),
     // unavailable for a full pool.
@@ -92,6 +99,7 @@ enum class resident_record_outcome : uint8_t {
     covered,   // an entry already serves every token: nothing to add
     full,      // max_entries reached and nothing evictable
     off,       // the tier is disabled
+    unsupported,  // the stage has recurrent layers: KV blocks alone cannot restore them
 };
 
 // What a tier says about a record on the request thread.

@@ -1,9 +1,10 @@
 // skippy bench-cache: what the prefix cache saves, measured on a chain (JSON).
 //
 // Scenarios (DESIGN §6 speed targets):
-//   shared-prefix  a long shared prefix plus short suffixes: cold TTFT, warm TTFT, and
-//                  the cost of prefilling the suffix alone plus one decode (the floor a
-//                  warm request can reach), all in one run;
+//   shared-prefix  a long shared prefix plus short suffixes: cold TTFT, warm TTFT, the
+//                  cost of prefilling the suffix after the prefix plus one decode (the
+//                  floor a warm request can reach: it attends over the prefix too), and
+//                  the TTFT of a cold prompt of the suffix's length, all in one run;
 //   interleaved    P prefixes x Q short questions, interleaved: prompt tokens computed
 //                  with the cache vs without;
 //   no-hit         distinct prompts, so the cache never hits: TTFT with the cache on vs
@@ -38,8 +39,10 @@ struct bench_cache_options {
     int32_t     prefixes = 6;
     int32_t     questions = 4;
     int32_t     repeat = 3;
+    int32_t     check_tokens = 8;  // shared-prefix: tokens the warm request must share with a cold run
     int32_t     batch_size = 512;
     std::string kv_cache = "lookup-record";
+    int64_t     kv_cache_checkpoint_tokens = 64;  // recurrent layers: snapshot spacing
     std::string kv_cache_disk;   // restart: parent of the scenario's directory
     std::string kv_cache_redis;  // restart: optional shared server
     bool        json = false;
@@ -67,10 +70,10 @@ std::vector<token_id> concat(std::vector<token_id> a, const std::vector<token_id
     return a;
 }
 
-result<generation_result> ttft_run(pipeline_i & p, const std::vector<token_id> & prompt, int32_t chunk) {
+result<generation_result> ttft_run(pipeline_i & p, const std::vector<token_id> & prompt, int32_t chunk, int32_t max_tokens = 1) {
     generation_request req;
     req.prompt = prompt;
-    req.max_tokens = 1;
+    req.max_tokens = max_tokens;
     req.prefill_chunk_tokens = chunk;
     req.sampling.temperature = 0;
     return run_generation(p, 0, req);
@@ -89,6 +92,7 @@ result<std::unique_ptr<transport::chain_pipeline>> make(std::shared_ptr<const gg
     rf.kv_cache_disk = disk;
     rf.kv_cache_redis = redis;
     rf.kv_cache_redis_timeout_ms = 5000;  // measuring a hit, not the failure path
+    rf.kv_cache_checkpoint_tokens = o.kv_cache_checkpoint_tokens;
     chain_choice chain;
     chain.stages = o.stages;
     return make_pipeline(std::move(file), chain, rf);
@@ -100,15 +104,24 @@ result<nlohmann::json> shared_prefix(std::shared_ptr<const gguf::file> file, con
     SKIPPY_ASSIGN_OR_RETURN(auto cached, make(file, o, o.kv_cache, ctx));
     SKIPPY_ASSIGN_OR_RETURN(auto plain, make(file, o, "off", ctx));
     const int32_t n_vocab = cached->n_vocab();
-    std::vector<double> cold_ms, warm_ms, floor_ms;
+    std::vector<double> cold_ms, warm_ms, floor_ms, suffix_only_ms;
     int64_t cached_tokens = 0;
     uint64_t cold_record_mask = 0, warm_hit_mask = 0;
+    bool tokens_identical = true;
     for (int32_t r = 0; r < o.repeat; ++r) {
         const auto prefix = random_tokens(o.prefix_tokens, 1000u + static_cast<uint32_t>(r), n_vocab);
         const auto a = concat(prefix, random_tokens(o.suffix_tokens, 2000u + static_cast<uint32_t>(r), n_vocab));
         const auto b = concat(prefix, random_tokens(o.suffix_tokens, 3000u + static_cast<uint32_t>(r), n_vocab));
         SKIPPY_ASSIGN_OR_RETURN(generation_result cold, ttft_run(*cached, a, o.batch_size));
-        SKIPPY_ASSIGN_OR_RETURN(generation_result warm, ttft_run(*cached, b, o.batch_size));
+        cached->wait_for_records();  // the warm request measures a hit, not the record worker's pace
+        SKIPPY_ASSIGN_OR_RETURN(generation_result warm, ttft_run(*cached, b, o.batch_size, o.check_tokens));
+        // Exactness: the warm answer is the one the same prompt gets computed whole.
+        SKIPPY_ASSIGN_OR_RETURN(generation_result reference, ttft_run(*plain, b, o.batch_size, o.check_tokens));
+        tokens_identical = tokens_identical && warm.tokens == reference.tokens;
+        // A cold prompt as long as the suffix: what computing only the suffix costs.
+        SKIPPY_ASSIGN_OR_RETURN(generation_result alone,
+                                ttft_run(*plain, random_tokens(o.suffix_tokens, 4000u + static_cast<uint32_t>(r), n_vocab), o.batch_size));
+        suffix_only_ms.push_back(alone.ttft_ms);
         cold_ms.push_back(cold.ttft_ms);
         warm_ms.push_back(warm.ttft_ms);
         cached_tokens = warm.cached_tokens;
@@ -119,14 +132,13 @@ result<nlohmann::json> shared_prefix(std::shared_ptr<const gguf::file> file, con
         sampling_config greedy;
         greedy.temperature = 0;
         SKIPPY_TRY(plain->begin(0, greedy, b, ""));
-        for (int32_t pos = 0; pos < o.prefix_tokens; pos += o.batch_size) {
-            const int32_t n = std::min(o.batch_size, o.prefix_tokens - pos);
+        for (int32_t pos = 0; pos < o.prefix_tokens - 1; pos += o.batch_size) {
+            const int32_t n = std::min(o.batch_size, o.prefix_tokens - 1 - pos);
             SKIPPY_TRY(plain->prefill(0, pos, std::span<const token_id>(b).subspan(static_cast<size_t>(pos), static_cast<size_t>(n))));
         }
         const int32_t last = static_cast<int32_t>(b.size()) - 1;
         // Prefill is streamed: wait until every stage has computed the prefix. A decode
-        // of the prefix's last token (rewriting that position with the same token)
-        // returns only after the final stage is done.
+        // of the prefix's last token returns only after the final stage is done.
         SKIPPY_TRY(plain->decode(0, o.prefix_tokens - 1, b[static_cast<size_t>(o.prefix_tokens - 1)]).error());
         const auto t0 = clock_type::now();
         for (int32_t pos = o.prefix_tokens; pos < last; pos += o.batch_size) {
@@ -148,6 +160,15 @@ result<nlohmann::json> shared_prefix(std::shared_ptr<const gguf::file> file, con
     j["warm_ttft_ms"] = median(warm_ms);
     j["suffix_floor_ms"] = median(floor_ms);
     j["warm_over_floor"] = median(warm_ms) / std::max(1e-9, median(floor_ms));
+    j["suffix_only_ttft_ms"] = median(suffix_only_ms);  // a cold prompt of suffix_tokens tokens
+    // Every repeat, in order (cold, warm and suffix-only interleaved): on a shared machine
+    // the spread says how far to trust the medians.
+    j["cold_ttft_ms_runs"] = cold_ms;
+    j["warm_ttft_ms_runs"] = warm_ms;
+    j["suffix_only_ttft_ms_runs"] = suffix_only_ms;
+    j["warm_over_suffix_only"] = median(warm_ms) / std::max(1e-9, median(suffix_only_ms));
+    j["check_tokens"] = o.check_tokens;
+    j["tokens_identical"] = tokens_identical;  // every warm answer equals the cache-off one
     j["cold_over_warm"] = median(cold_ms) / std::max(1e-9, median(warm_ms));
     return j;
 }
@@ -303,9 +324,15 @@ void add_bench_cache_command(CLI::App & app, command_runner & run) {
     add_number(cmd, "--prefixes", o->prefixes, "interleaved: distinct prefixes", 1, 1000)->capture_default_str();
     add_number(cmd, "--questions", o->questions, "interleaved: questions per prefix", 1, 1000)->capture_default_str();
     add_number(cmd, "--repeat", o->repeat, "Repetitions (medians are reported)", 1, 1000)->capture_default_str();
+    add_number(cmd, "--check-tokens", o->check_tokens,
+               "shared-prefix: tokens each warm request generates, compared with a cache-off run of its prompt", 1, 4096)
+        ->capture_default_str();
     add_number(cmd, "-b,--batch-size", o->batch_size, "Prompt tokens per prefill chunk", 1, 1 << 16)->capture_default_str();
     cmd->add_option("--kv-cache", o->kv_cache, "Cache mode of the measured pipeline")
         ->check(CLI::IsMember({"off", "record", "lookup-record"}))->capture_default_str();
+    add_number(cmd, "--kv-cache-checkpoint-tokens", o->kv_cache_checkpoint_tokens,
+               "Models with recurrent layers: snapshot spacing during prefill (see generate --help)", 0, int64_t{1} << 24)
+        ->capture_default_str();
     cmd->add_option("--kv-cache-disk", o->kv_cache_disk, "restart: directory under which the scenario's disk tier lives");
     cmd->add_option("--kv-cache-redis", o->kv_cache_redis, "restart: also measure a hit through this Redis server (redis://...)");
     cmd->add_flag("--json", o->json, "Print one JSON object on one line");

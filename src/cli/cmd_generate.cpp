@@ -141,6 +141,9 @@ int run_generate(const generate_options & o) {
         SKIPPY_LOG_INFO("%lld prompt tokens (%lld cached), %zu generated, ttft %.1f ms, total %.1f ms (%s)",
                         static_cast<long long>(res->prompt_tokens), static_cast<long long>(res->cached_tokens),
                         res->tokens.size(), res->ttft_ms, res->total_ms, finish_reason_name(res->finish));
+        // The next prompt starts once this one's records are stored: a run of prompts
+        // measures what the cache serves, not whether its worker was done yet.
+        if (i + 1 < prompts.size()) (*pipeline)->wait_for_records();
     }
     return 0;
 }

@@ -180,6 +180,11 @@ void add_runtime_flags(CLI::App * cmd, runtime_flags & f, int32_t default_lanes)
     add_number(cmd, "--kv-cache-redis-timeout-ms", f.kv_cache_redis_timeout_ms,
                "Longest wait for the Redis server to connect or answer a command, in ms (then: a cache miss)", 1, 60000)
         ->capture_default_str();
+    add_number(cmd, "--kv-cache-checkpoint-tokens", f.kv_cache_checkpoint_tokens,
+               "Stages with recurrent layers (qwen35): snapshot the recurrent state every this many prompt tokens, so a "
+               "prefix restores at the last multiple it shares (0: only at the prompt's and the answer's ends)",
+               0, int64_t{1} << 24)
+        ->capture_default_str();
     cmd->add_option("--telemetry-file", f.telemetry_file, "Append decision events as JSON lines to this file");
     cmd->add_option("--telemetry-level", f.telemetry_level, "Events to write: off, summary or debug")
         ->check(CLI::IsMember({"off", "summary", "debug"}))->capture_default_str();
@@ -218,6 +223,7 @@ result<transport::chain_options> to_chain_options(const runtime_flags & f) {
     cc.disk_max_bytes = f.kv_cache_disk_max_bytes;
     cc.redis_url = f.kv_cache_redis;
     cc.redis_timeout_ms = f.kv_cache_redis_timeout_ms;
+    cc.checkpoint_tokens = f.kv_cache_checkpoint_tokens;
     SKIPPY_TRY(cc.validate());
     c.cache.default_key = f.kv_cache_key;
     c.cache.resident_tokens = f.kv_cache_resident_tokens;

@@ -91,13 +91,15 @@ struct runtime_flags {
     int64_t     kv_cache_disk_max_bytes = 0;  // 0: min(10 GiB, 10% of the filesystem), per stage
     std::string kv_cache_redis;            // redis://host[:port][/db]: pages shared by stage replicas
     int32_t     kv_cache_redis_timeout_ms = 50;
+    int64_t     kv_cache_checkpoint_tokens = 64;  // recurrent layers: snapshot spacing during prefill (0: prompt/answer ends only)
     std::string telemetry_file;
     std::string telemetry_level = "summary";
 };
 
 // Adds --kernels (add_kernels_flag), -t, -c/--ctx-size, --lanes, --kv-type, --stage-key-file, --stage-tls, --wire-delay-ms, the
 // --kv-cache* flags (incl. --kv-cache-demote on|off, --kv-cache-disk DIR,
-// --kv-cache-disk-max-bytes, --kv-cache-redis URL, --kv-cache-redis-timeout-ms) and
+// --kv-cache-disk-max-bytes, --kv-cache-redis URL, --kv-cache-redis-timeout-ms,
+// --kv-cache-checkpoint-tokens) and
 // --telemetry-file/--telemetry-level.
 void add_runtime_flags(CLI::App * cmd, runtime_flags & flags, int32_t default_lanes);
 

@@ -6,7 +6,7 @@
 // shared block first copies it (copy on write), so sharing never changes what another
 // holder reads.
 //
-// Block layout (bytes), for local layer il in [0, n_layers):
+// Block layout (bytes), for KV layer il in [0, n_layers) (the stage's layers with KV, in order):
 //   [il][K rows: block_tokens x row_bytes][V rows: block_tokens x row_bytes]
 // where row_bytes = kv_dim x element size, kv_dim = n_head_kv x head_dim.
 #pragma once
@@ -24,7 +24,7 @@ namespace skippy {
 enum class kv_dtype : uint8_t { f32 = 0, f16 = 1 };
 
 struct kv_geometry {
-    int32_t  n_layers = 0;      // layers held by this stage
+    int32_t  n_layers = 0;      // layers of this stage that keep KV (a hybrid model's recurrent layers keep none)
     int32_t  kv_dim = 0;        // elements per K (and per V) row
     int32_t  block_tokens = 16; // positions per block
     kv_dtype dtype = kv_dtype::f16;

@@ -26,19 +26,20 @@ bool known_dtype(uint8_t v) { return v == static_cast<uint8_t>(kv_dtype::f32) ||
 // Payload bytes for a geometry already checked against the kv_page_max_* limits:
 // 4096 * 2 * 2^24 * 2^20 * 4 < 2^63, so the product cannot overflow.
 uint64_t payload_bytes_of(const kv_page_geometry & g, int64_t token_count) {
-    const uint64_t n_layers = static_cast<uint64_t>(g.layer_end - g.layer_start);
+    const uint64_t n_layers = static_cast<uint64_t>(g.kv_layers());
     const uint64_t row_bytes = static_cast<uint64_t>(g.kv_dim) * elem_bytes_of(g.dtype);
     return n_layers * 2 * static_cast<uint64_t>(token_count) * row_bytes;
 }
 
 bool geometry_in_limits(const kv_page_geometry & g) {
     return g.layer_start >= 0 && g.layer_end > g.layer_start && g.layer_end - g.layer_start <= kv_page_max_layers &&
-           g.kv_dim > 0 && g.kv_dim <= kv_page_max_kv_dim;
+           g.n_kv_layers >= 0 && g.n_kv_layers <= g.layer_end - g.layer_start && g.kv_dim > 0 && g.kv_dim <= kv_page_max_kv_dim;
 }
 
 std::string describe(const kv_page_geometry & g) {
-    return "layers [" + std::to_string(g.layer_start) + "," + std::to_string(g.layer_end) + ") kv_dim " +
-           std::to_string(g.kv_dim) + " dtype " + (g.dtype == kv_dtype::f16 ? "f16" : "f32");
+    return "layers [" + std::to_string(g.layer_start) + "," + std::to_string(g.layer_end) + ") with " +
+           std::to_string(g.kv_layers()) + " KV layers, kv_dim " + std::to_string(g.kv_dim) + " dtype " +
+           (g.dtype == kv_dtype::f16 ? "f16" : "f32");
 }
 
 }  // namespace
@@ -50,8 +51,8 @@ size_t kv_page_bytes(const kv_page_geometry & geometry, int64_t token_count) {
 result<std::vector<uint8_t>> export_page(const kv_sequence & seq, int32_t layer_start, int32_t layer_end,
                                          int64_t token_start, int64_t token_count) {
     const kv_geometry & pg = seq.pool().geometry();
-    kv_page_geometry g{layer_start, layer_end, pg.kv_dim, pg.dtype};
-    if (!geometry_in_limits(g) || layer_end - layer_start != pg.n_layers) {
+    kv_page_geometry g{layer_start, layer_end, pg.kv_dim, pg.dtype, pg.n_layers};
+    if (!geometry_in_limits(g) || pg.n_layers < 1) {
         return make_error(error_code::invalid_argument, "export_page: " + describe(g) + " does not match a pool of " +
                                                             std::to_string(pg.n_layers) + " layers");
     }
@@ -75,7 +76,7 @@ result<std::vector<uint8_t>> export_page(const kv_sequence & seq, int32_t layer_
     w.put_i32(g.layer_start);
     w.put_i32(g.layer_end);
     w.put_i32(g.kv_dim);
-    w.put_zeros(4);
+    w.put_i32(g.n_kv_layers);
     w.put_i64(token_start);
     w.put_i64(token_count);
     w.put_u64(payload);
@@ -99,7 +100,6 @@ result<kv_page_header> validate_page(std::span<const uint8_t> page) {
     byte_reader r(page.subspan(sizeof(kv_page_magic)));
     kv_page_header h;
     uint8_t dtype = 0;
-    uint32_t reserved_a = 0;
     uint8_t r0 = 0, r1 = 0, r2 = 0;
     r.get_u16(h.version);
     r.get_u16(h.layout);
@@ -108,22 +108,31 @@ result<kv_page_header> validate_page(std::span<const uint8_t> page) {
     r.get_i32(h.geometry.layer_start);
     r.get_i32(h.geometry.layer_end);
     r.get_i32(h.geometry.kv_dim);
-    r.get_u32(reserved_a);
+    r.get_i32(h.geometry.n_kv_layers);
     r.get_i64(h.token_start);
     r.get_i64(h.token_count);
     r.get_u64(h.payload_bytes);
     if (!r.ok()) return make_error(error_code::internal, "KV page: header read past a checked length");
-    if (h.version != kv_page_version) {
+    if (h.version != kv_page_version && h.version != kv_page_version_all_layers) {
         return make_error(error_code::unsupported, "KV page format version " + std::to_string(h.version) + " (this build reads " +
+                                                       std::to_string(kv_page_version_all_layers) + " and " +
                                                        std::to_string(kv_page_version) + ")");
+    }
+    // Version 1 kept bytes 28..31 reserved (zero) and every layer of the range.
+    int32_t reserved_v1 = 0;
+    if (h.version == kv_page_version_all_layers) {
+        reserved_v1 = h.geometry.n_kv_layers;
+        h.geometry.n_kv_layers = h.geometry.layer_end - h.geometry.layer_start;
     }
     if (h.layout != kv_page_layout_layer_major) {
         return make_error(error_code::unsupported, "KV page layout " + std::to_string(h.layout));
     }
     if (!known_dtype(dtype)) return make_error(error_code::invalid_data, "KV page: unknown dtype " + std::to_string(dtype));
     h.geometry.dtype = static_cast<kv_dtype>(dtype);
-    if (r0 != 0 || r1 != 0 || r2 != 0 || reserved_a != 0) return make_error(error_code::invalid_data, "KV page: reserved bytes not zero");
-    if (!geometry_in_limits(h.geometry)) return make_error(error_code::invalid_data, "KV page: bad geometry " + describe(h.geometry));
+    if (r0 != 0 || r1 != 0 || r2 != 0 || reserved_v1 != 0) return make_error(error_code::invalid_data, "KV page: reserved bytes not zero");
+    if (!geometry_in_limits(h.geometry) || h.geometry.n_kv_layers < 1) {
+        return make_error(error_code::invalid_data, "KV page: bad geometry " + describe(h.geometry));
+    }
     if (h.token_start < 0 || h.token_count < 0 || h.token_start > kv_page_max_tokens - h.token_count) {
         return make_error(error_code::invalid_data, "KV page: bad token range start " + std::to_string(h.token_start) +
                                                         " count " + std::to_string(h.token_count));
@@ -145,8 +154,8 @@ result<kv_page_header> validate_page(std::span<const uint8_t> page) {
 status import_page(kv_sequence & seq, std::span<const uint8_t> page, const kv_page_geometry & expected) {
     SKIPPY_ASSIGN_OR_RETURN(kv_page_header h, validate_page(page));
     const kv_geometry & pg = seq.pool().geometry();
-    const kv_page_geometry pool_g{expected.layer_start, expected.layer_start + pg.n_layers, pg.kv_dim, pg.dtype};
-    if (!(h.geometry == expected) || !(expected == pool_g)) {
+    const kv_page_geometry pool_g{expected.layer_start, expected.layer_end, pg.kv_dim, pg.dtype, pg.n_layers};
+    if (!h.geometry.same_as(expected) || !expected.same_as(pool_g)) {
         return make_error(error_code::invalid_data, "KV page geometry " + describe(h.geometry) + " does not match " +
                                                         describe(expected) + " (pool " + describe(pool_g) + ")");
     }

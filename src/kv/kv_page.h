@@ -2,24 +2,25 @@
 // (DESIGN §4, §6; format spec with a worked example in docs/kv-cache.md).
 //
 // A page carries the K and V rows of positions [token_start, token_start + token_count)
-// for the layers [layer_start, layer_end) a stage runs, plus everything needed to
-// refuse it where it does not fit: dtype, kv_dim, layout, and a SHA-256 checksum over
-// header and payload. The exact-state cache stores pages; a stage imports them back.
+// for the layers of [layer_start, layer_end) a stage keeps KV for (all of them, but a
+// hybrid model's recurrent layers, which keep none), plus everything needed to refuse
+// it where it does not fit: dtype, kv_dim, layout, and a SHA-256 checksum over header
+// and payload. The exact-state cache stores pages; a stage imports them back.
 //
 //   offset  size  field
 //        0     8  magic "SKPYKVPG"
-//        8     2  format version (u16, 1)
+//        8     2  format version (u16, 2)
 //       10     2  layout id (u16, 1: per layer, K rows of the range then V rows)
 //       12     1  dtype (u8: 0 f32, 1 f16 — kv_dtype)
 //       13     3  reserved, zero
 //       16     4  layer_start (i32)
 //       20     4  layer_end (i32)
 //       24     4  kv_dim (i32, elements per K and per V row)
-//       28     4  reserved, zero
+//       28     4  n_kv_layers (i32, 1..layer_end - layer_start: the range's layers with KV)
 //       32     8  token_start (i64)
 //       40     8  token_count (i64)
-//       48     8  payload_bytes (u64) = (layer_end - layer_start) * 2 * token_count * row_bytes
-//       56     …  payload: for il in [0, n_layers): K rows [token_count][row_bytes],
+//       48     8  payload_bytes (u64) = n_kv_layers * 2 * token_count * row_bytes
+//       56     …  payload: for il in [0, n_kv_layers): K rows [token_count][row_bytes],
 //                 then V rows [token_count][row_bytes]
 //   56 + payload  32  SHA-256 of every byte before it
 //
@@ -38,7 +39,11 @@
 namespace skippy {
 
 inline constexpr uint8_t  kv_page_magic[8] = {'S', 'K', 'P', 'Y', 'K', 'V', 'P', 'G'};
-inline constexpr uint16_t kv_page_version = 1;
+// Written: 2, bytes 28..31 count the range's layers with KV (a hybrid stage keeps KV
+// for its attention layers only). Also read: 1, which had them reserved (zero) and held
+// every layer of the range — the same bytes as a version 2 page of a dense stage.
+inline constexpr uint16_t kv_page_version = 2;
+inline constexpr uint16_t kv_page_version_all_layers = 1;
 // Layout 1: per layer, K rows of the range then V rows, each row kv_dim elements.
 inline constexpr uint16_t kv_page_layout_layer_major = 1;
 inline constexpr size_t   kv_page_header_bytes = 56;
@@ -55,8 +60,14 @@ struct kv_page_geometry {
     int32_t  layer_end = 0;   // exclusive
     int32_t  kv_dim = 0;
     kv_dtype dtype = kv_dtype::f16;
+    int32_t  n_kv_layers = 0;  // layers of the range with KV; 0: all of them
 
-    bool operator==(const kv_page_geometry &) const = default;
+    int32_t kv_layers() const { return n_kv_layers > 0 ? n_kv_layers : layer_end - layer_start; }
+    // Equal, with n_kv_layers 0 read as the whole range.
+    bool same_as(const kv_page_geometry & o) const {
+        return layer_start == o.layer_start && layer_end == o.layer_end && kv_dim == o.kv_dim && dtype == o.dtype &&
+               kv_layers() == o.kv_layers();
+    }
 };
 
 // The decoded header of a page.
@@ -74,14 +85,16 @@ struct kv_page_header {
 size_t kv_page_bytes(const kv_page_geometry & geometry, int64_t token_count);
 
 // Serializes positions [token_start, token_start + token_count) of `seq`.
-// REQUIRES (else invalid_argument): layer_end - layer_start == the pool's n_layers,
+// REQUIRES (else invalid_argument): 1 <= the pool's n_layers <= layer_end - layer_start
+//   (the range's layers with KV, written as n_kv_layers),
 //   0 <= token_start, 0 <= token_count, token_start + token_count <= kv_page_max_tokens,
 //   token_start + token_count <= seq.n_tokens().
 // The sequence is only read; blocks it shares are not copied.
 result<std::vector<uint8_t>> export_page(const kv_sequence & seq, int32_t layer_start, int32_t layer_end,
                                          int64_t token_start, int64_t token_count);
 
-// Validates a page without importing it: length, magic, version (unsupported), layout
+// Validates a page without importing it (version 1 reads as a page of every layer of
+// its range): length, magic, version (unsupported), layout
 // (unsupported), dtype, ranges and sizes (invalid_data), checksum (integrity).
 result<kv_page_header> validate_page(std::span<const uint8_t> page);
 

@@ -105,6 +105,7 @@ struct layer_weights {
     moe_weights          moe;              // used when hp.moe.n_expert > 0
     // Gated delta-net (layer_kind::recurrent): wqkv holds [q | k | v] before the conv.
     int32_t              recurrent_index = -1;  // among the slice's recurrent layers
+    int32_t              kv_index = -1;         // among the slice's layers with KV (its layer in the KV pool)
     kernels::matrix_view ssm_z, ssm_beta, ssm_alpha, ssm_out;
     const float *        ssm_conv1d = nullptr;  // [conv_channels][d_conv]
     const float *        ssm_dt = nullptr;
@@ -158,7 +159,7 @@ struct rope_table {
 // One layer over the rows of a pass.
 struct layer_pass {
     const model_hparams &                       hp;
-    int32_t                                     il = 0;  // local layer index (the KV layer)
+    int32_t                                     il = 0;  // the layer's KV layer (kv_index; 0 for a layer without KV)
     float *                                     x = nullptr;  // [n_rows, n_embd], updated in place
     int64_t                                     n_rows = 0;
     std::span<const forward_workspace::row_ref> rows;    // per row: its sequence's KV and position

@@ -19,7 +19,9 @@
 // (recurrent_state). Our order of operations (the reference's fused chunked kernels
 // use their own): every sequence runs its rows one token at a time, in position
 // order, through the same code, so a prompt in one call, in chunks or token by token
-// gives the same bits, and one sequence's rows never read another's state.
+// gives the same bits, and one sequence's rows never read another's state. A row
+// marked for a capture (a cache checkpoint inside a chunk) has its sequence's state
+// copied right after it is folded in, per channel and per head as the loops pass.
 #include "model/blocks.h"
 
 #include <cmath>
@@ -222,6 +224,11 @@ private:
                     for (int64_t k = 0; k + 1 < taps - 1; ++k) hist[k * n_ch + c] = hist[(k + 1) * n_ch + c];
                     if (taps > 1) hist[(taps - 2) * n_ch + c] = xin;
                     ws.ssm_conv[static_cast<size_t>(t * n_ch + c)] = q35_silu(sum);
+                    // A checkpoint after this row: its channel's window as it stands now.
+                    if (recurrent_state * cap = p.rows[static_cast<size_t>(t)].capture) {
+                        float * dst = cap->conv(ri);
+                        for (int64_t k = 0; k < taps - 1; ++k) dst[k * n_ch + c] = hist[k * n_ch + c];
+                    }
                 }
             }
         });
@@ -265,6 +272,9 @@ private:
                     }
                     float * o = ws.ssm_out.data() + t * s.d_inner + h * ds;
                     for (int64_t r = 0; r < ds; ++r) o[r] = dot(m + r * ds, q, ds) * scale;
+                    if (recurrent_state * cap = p.rows[static_cast<size_t>(t)].capture) {
+                        std::memcpy(cap->matrix(ri) + h * ds * ds, m, static_cast<size_t>(ds * ds) * sizeof(float));
+                    }
                 }
             }
         });

@@ -132,14 +132,37 @@ struct layer_range {
     int32_t size() const { return end - start; }
 };
 
+// What a slice's recurrent state is made of (model_slice::recurrent_shape_of): its
+// layer range, how many of those layers are recurrent and the delta-net sizes. Two
+// states (or a state and a snapshot of one, recurrent_snapshot.h) fit each other
+// exactly when their shapes are equal.
+struct recurrent_shape {
+    int32_t layer_start = 0;    // the slice's layer range [layer_start, layer_end)
+    int32_t layer_end = 0;
+    int32_t n_layers = 0;       // recurrent layers in the range
+    int32_t d_conv = 0;         // convolution taps (the state keeps d_conv - 1 inputs per channel)
+    int32_t conv_channels = 0;
+    int32_t d_state = 0;
+    int32_t n_v_head = 0;
+
+    bool operator==(const recurrent_shape &) const = default;
+    int64_t conv_floats() const { return static_cast<int64_t>(d_conv - 1) * conv_channels; }
+    int64_t matrix_floats() const { return static_cast<int64_t>(n_v_head) * d_state * d_state; }
+    int64_t floats() const { return static_cast<int64_t>(n_layers) * (conv_floats() + matrix_floats()); }
+};
+
 // One sequence's recurrent state in a slice (model_slice::make_recurrent_state): per
 // recurrent layer of the slice, the last d_conv - 1 convolution inputs and the delta-net
 // matrices, after the sequence's first n_tokens() positions. Unlike a KV it cannot be
 // cut back: a state is either at the end of the sequence's positions, reset to none, or
-// invalid (after a truncation to a length it does not hold) until reset.
+// invalid (after a truncation to a length it does not hold) until reset. A copy taken
+// at a token boundary (a checkpoint, recurrent_capture) restores the sequence to that
+// boundary when copied back with KV of the same positions.
 class recurrent_state {
 public:
     recurrent_state() = default;
+    // A zeroed state of `layers` recurrent layers, each conv_floats then matrix_floats.
+    recurrent_state(int32_t layers, int64_t conv_floats, int64_t matrix_floats);
     // Positions folded into the state; -1: invalid (reset before use).
     int64_t n_tokens() const { return n_tokens_; }
     bool    empty() const { return layers_ == 0; }
@@ -158,7 +181,11 @@ public:
     bool    has_shape(int32_t layers, int64_t conv_floats, int64_t matrix_floats) const {
         return layers_ == layers && conv_floats_ == conv_floats && per_layer_ == static_cast<size_t>(conv_floats + matrix_floats);
     }
+    bool    has_shape(const recurrent_shape & s) const { return has_shape(s.n_layers, s.conv_floats(), s.matrix_floats()); }
     size_t  bytes() const { return data_.size() * sizeof(float); }
+    // Every float, layer by layer (conv then matrices): what a snapshot serializes.
+    std::span<const float> floats() const { return data_; }
+    std::span<float>       floats() { return data_; }
 
 private:
     friend class model_slice;
@@ -167,6 +194,14 @@ private:
     size_t             per_layer_ = 0;
     int64_t            n_tokens_ = 0;
     std::vector<float> data_;
+};
+
+// A copy of a sequence's recurrent state taken during a forward, right after position
+// n_tokens - 1 (a checkpoint inside a prompt chunk): `into` receives the state of
+// every recurrent layer as it stood after that position, and n_tokens.
+struct recurrent_capture {
+    int64_t           n_tokens = 0;
+    recurrent_state * into = nullptr;  // of make_recurrent_state()'s shape
 };
 
 // One sequence's share of a batch: its KV (positions [0, pos_start) valid) and n_tokens
@@ -178,6 +213,9 @@ struct sequence_span {
     int64_t           pos_start = 0;
     int64_t           n_tokens = 0;
     recurrent_state * recurrent = nullptr;
+    // Copies of the recurrent state to take inside the span (n_tokens in
+    // (pos_start, pos_start + n_tokens]); none without recurrent layers.
+    std::span<const recurrent_capture> captures = {};
 };
 
 // Scratch buffers reused across forward calls (one per concurrent caller). Internal to
@@ -196,6 +234,7 @@ struct forward_workspace {
         kv_sequence *     kv;
         int64_t           pos;
         recurrent_state * recurrent = nullptr;
+        recurrent_state * capture = nullptr;  // copy the state here once this row is folded in
     };
     std::vector<row_ref> rows;
 };
@@ -223,8 +262,12 @@ public:
     bool has_embeddings() const { return token_embd_.data != nullptr; }
     bool has_head() const { return output_.data != nullptr; }
 
-    // KV geometry this slice needs (its layers, kv_dim) for a given dtype.
+    // KV geometry this slice needs (its layers with KV, kv_dim) for a given dtype.
     kv_geometry kv_geometry_for(kv_dtype dtype, int32_t block_tokens = 16) const;
+    // Layers of the slice that keep KV: every layer but the recurrent ones (at least one:
+    // a slice of recurrent layers only keeps a pool layer it never writes). The KV pool
+    // holds these layers only, in order.
+    int32_t n_kv_layers() const;
 
     // Recurrent layers in this slice's range (qwen35's delta-net layers). A slice with
     // any needs a recurrent_state per sequence in every span of forward_batch.
@@ -232,6 +275,8 @@ public:
     bool has_recurrent_layers() const { return n_recurrent_layers() > 0; }
     // A zeroed state sized for this slice's recurrent layers (empty when it has none).
     recurrent_state make_recurrent_state() const;
+    // The shape of that state (n_layers 0 without recurrent layers).
+    recurrent_shape recurrent_shape_of() const;
 
     // x[n_tokens, n_embd] = embedding rows (times hparams().embd_scale). Ids outside
     // [0, n_vocab) are an error.
@@ -248,6 +293,9 @@ public:
     // REQUIRES: every span's kv was made from a pool of kv_geometry_for(...)'s layers and
     // width; no two spans share a kv; with recurrent layers, every span has a state of
     // make_recurrent_state()'s shape, none shared.
+    // A span's captures each receive a copy of its state right after their position
+    // (their n_tokens set); the copies change no bit of the forward. A capture outside
+    // the span, of another shape, or naming the span's own state is invalid_argument.
     // PROMISES: every row is bitwise equal to running its sequence alone, whatever the
     // mix of spans, their order and the thread count. Errors (a span past its KV's end,
     // a pool without room for every span, bad spans) compute nothing and leave each

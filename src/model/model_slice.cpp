@@ -171,12 +171,16 @@ result<std::unique_ptr<model_slice>> model_slice::bind(std::shared_ptr<const ggu
     }
     layers->ropes = {rope_variant{hp.rope, factors}, rope_variant{hp.rope_swa, factors}};
     for (auto & v : layers->ropes) blocks::prepare_rope(v);
-    int32_t n_recurrent = 0;
+    int32_t n_recurrent = 0, n_kv = 0;
     for (int32_t il = range.start; il < range.end; ++il) {
         layer_weights lw;
         lw.kind = hp.layer_kinds[static_cast<size_t>(il)];
         lw.rope_variant = lw.kind == layer_kind::sliding_attention ? 1 : 0;
-        if (lw.kind == layer_kind::recurrent) lw.recurrent_index = n_recurrent++;
+        if (lw.kind == layer_kind::recurrent) {
+            lw.recurrent_index = n_recurrent++;
+        } else {
+            lw.kv_index = n_kv++;
+        }
         SKIPPY_TRY(layers->family->bind_layer(tensor_binder(f, il), hp, lw));
         layers->layers.push_back(lw);
     }
@@ -186,11 +190,18 @@ result<std::unique_ptr<model_slice>> model_slice::bind(std::shared_ptr<const ggu
 
 kv_geometry model_slice::kv_geometry_for(kv_dtype dtype, int32_t block_tokens) const {
     kv_geometry g;
-    g.n_layers = range_.size();
+    g.n_layers = n_kv_layers();
     g.kv_dim = hparams_.kv_dim();
     g.block_tokens = block_tokens;
     g.dtype = dtype;
     return g;
+}
+
+int32_t model_slice::n_kv_layers() const {
+    int32_t n = 0;
+    for (const layer_weights & lw : layers_->layers) n += lw.kind == layer_kind::recurrent ? 0 : 1;
+    // A pool needs a layer; a slice of recurrent layers only keeps one, never written.
+    return std::max(n, 1);
 }
 
 int32_t model_slice::n_recurrent_layers() const {
@@ -207,6 +218,25 @@ recurrent_state model_slice::make_recurrent_state() const {
     s.per_layer_ = static_cast<size_t>(s.conv_floats_ + hparams_.ssm.matrix_state_floats());
     s.data_.assign(s.per_layer_ * static_cast<size_t>(s.layers_), 0.0f);
     return s;
+}
+
+recurrent_shape model_slice::recurrent_shape_of() const {
+    recurrent_shape s;
+    s.layer_start = range_.start;
+    s.layer_end = range_.end;
+    s.n_layers = n_recurrent_layers();
+    if (s.n_layers == 0) return s;
+    const ssm_params & ssm = hparams_.ssm;
+    s.d_conv = ssm.d_conv;
+    s.conv_channels = ssm.conv_channels();
+    s.d_state = ssm.d_state;
+    s.n_v_head = ssm.n_v_head;
+    return s;
+}
+
+recurrent_state::recurrent_state(int32_t layers, int64_t conv_floats, int64_t matrix_floats)
+    : layers_(layers), conv_floats_(conv_floats), per_layer_(static_cast<size_t>(conv_floats + matrix_floats)) {
+    data_.assign(per_layer_ * static_cast<size_t>(layers_), 0.0f);
 }
 
 void recurrent_state::reset() {
@@ -262,7 +292,7 @@ status model_slice::forward_batch(float * x, std::span<const sequence_span> span
                                                                 " positions, cannot continue at " + std::to_string(s.pos_start));
         }
         const kv_geometry & g = s.kv->pool().geometry();
-        if (g.n_layers != range_.size() || g.kv_dim != hp.kv_dim() || (geometry && (g.block_tokens != geometry->block_tokens ||
+        if (g.n_layers != n_kv_layers() || g.kv_dim != hp.kv_dim() || (geometry && (g.block_tokens != geometry->block_tokens ||
                                                                                     g.dtype != geometry->dtype))) {
             return make_error(error_code::invalid_argument, "a sequence span's KV does not have this slice's geometry");
         }
@@ -270,6 +300,16 @@ status model_slice::forward_batch(float * x, std::span<const sequence_span> span
         seen.push_back(s.kv);
         n_rows += s.n_tokens;
         SKIPPY_TRY(check_recurrent(s));
+    }
+    const recurrent_shape shape = recurrent_shape_of();
+    for (const sequence_span & s : spans) {
+        for (const recurrent_capture & c : s.captures) {
+            if (!c.into || !s.recurrent || c.into == s.recurrent || !c.into->has_shape(shape) || c.n_tokens <= s.pos_start ||
+                c.n_tokens > s.pos_start + s.n_tokens) {
+                return make_error(error_code::invalid_argument, "a recurrent capture must name a state of the slice's shape and a "
+                                                                "position inside its span");
+            }
+        }
     }
     std::vector<const recurrent_state *> seen_states;
     for (const sequence_span & s : spans) {
@@ -297,7 +337,9 @@ status model_slice::forward_batch(float * x, std::span<const sequence_span> span
     const bool recurrent = has_recurrent_layers();
     for (const sequence_span & s : spans) {
         if (recurrent && s.n_tokens > 0 && s.pos_start == 0) s.recurrent->reset();
+        const size_t first_row = ws.rows.size();
         for (int64_t t = 0; t < s.n_tokens; ++t) ws.rows.push_back({s.kv, s.pos_start + t, recurrent ? s.recurrent : nullptr});
+        for (const recurrent_capture & c : s.captures) ws.rows[first_row + static_cast<size_t>(c.n_tokens - 1 - s.pos_start)].capture = c.into;
     }
 
     // Long batches run through all layers in passes of at most k_pass_tokens rows: the
@@ -316,6 +358,7 @@ status model_slice::forward_batch(float * x, std::span<const sequence_span> span
     if (recurrent) {
         for (const sequence_span & s : spans) {
             if (s.n_tokens > 0) s.recurrent->set_n_tokens(s.pos_start + s.n_tokens);
+            for (const recurrent_capture & c : s.captures) c.into->set_n_tokens(c.n_tokens);
         }
     }
     return status::ok();
@@ -363,7 +406,7 @@ void model_slice::forward_pass(float * x, std::span<const forward_workspace::row
 
     for (int32_t il = 0; il < range_.size(); ++il) {
         const layer_weights & lw = bl.layers[static_cast<size_t>(il)];
-        const layer_pass p{hp, il, x, n, rows, tables[static_cast<size_t>(lw.rope_variant)], ws, pool};
+        const layer_pass p{hp, std::max(lw.kv_index, 0), x, n, rows, tables[static_cast<size_t>(lw.rope_variant)], ws, pool};
         bl.family->forward_layer(p, lw);
     }
 }

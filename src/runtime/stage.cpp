@@ -7,6 +7,7 @@
 #include <fstream>
 #include <set>
 #include <thread>
+#include <utility>
 
 namespace skippy {
 
@@ -175,12 +176,44 @@ void stage::forward_batch(std::span<const lane_span> spans, float * x, std::span
 // matrix is read once for all the lanes in the step, and each row is bitwise what its
 // lane computes alone.
 status stage::run_layers(std::span<const lane_span> spans, float * x) {
-    batch_spans_.clear();
-    for (const lane_span & s : spans) {
+    // Checkpoint copies first, each lane's appended at once (its vector does not move
+    // again during the pass), then one capture per checkpoint position in the span.
+    std::vector<size_t> captures_before(spans.size(), 0);
+    std::vector<std::pair<size_t, size_t>> capture_range(spans.size(), {0, 0});  // into batch_captures_
+    batch_captures_.clear();
+    for (size_t i = 0; i < spans.size(); ++i) {
+        const lane_span & s = spans[i];
         lane_state & lane = lanes_[static_cast<size_t>(s.lane)];
-        batch_spans_.push_back(sequence_span{lane.kv.get(), s.pos_start, s.n_tokens, lane.recurrent.empty() ? nullptr : &lane.recurrent});
+        captures_before[i] = lane.captures.size();
+        if (lane.recurrent.empty()) continue;
+        auto inside = [&](int64_t c) { return c > s.pos_start && c <= s.pos_start + s.n_tokens; };
+        for (int64_t c : s.checkpoints) {
+            if (inside(c)) lane.captures.push_back(slice_->make_recurrent_state());
+        }
+        capture_range[i].first = batch_captures_.size();
+        size_t k = captures_before[i];
+        int64_t last = s.pos_start;
+        for (int64_t c : s.checkpoints) {
+            if (!inside(c) || c <= last) continue;  // ascending and distinct, as forward_batch wants them
+            batch_captures_.push_back(recurrent_capture{c, &lane.captures[k++]});
+            last = c;
+        }
+        lane.captures.resize(k);
+        capture_range[i].second = batch_captures_.size();
     }
-    return slice_->forward_batch(x, batch_spans_, pool_.get(), ws_);
+    batch_spans_.clear();
+    for (size_t i = 0; i < spans.size(); ++i) {
+        const lane_span & s = spans[i];
+        lane_state & lane = lanes_[static_cast<size_t>(s.lane)];
+        const std::span<const recurrent_capture> caps =
+            std::span<const recurrent_capture>(batch_captures_).subspan(capture_range[i].first, capture_range[i].second - capture_range[i].first);
+        batch_spans_.push_back(sequence_span{lane.kv.get(), s.pos_start, s.n_tokens, lane.recurrent.empty() ? nullptr : &lane.recurrent, caps});
+    }
+    const status st = slice_->forward_batch(x, batch_spans_, pool_.get(), ws_);
+    if (!st.is_ok()) {
+        for (size_t i = 0; i < spans.size(); ++i) lanes_[static_cast<size_t>(spans[i].lane)].captures.resize(captures_before[i]);
+    }
+    return st;
 }
 
 void stage::logits(std::span<const float> hidden, int64_t n_rows, std::span<float> out) {
@@ -193,9 +226,42 @@ void stage::truncate_lane(int32_t lane, int64_t n_tokens) {
     lane_state & l = lanes_[static_cast<size_t>(lane)];
     l.kv->truncate(std::max<int64_t>(0, n_tokens));
     if (!l.recurrent.empty()) l.recurrent.truncate(std::max<int64_t>(0, n_tokens));
+    l.captures.clear();
 }
 
 bool stage::has_recurrent_layers() const { return slice_->has_recurrent_layers(); }
+
+const recurrent_state * stage::lane_recurrent(int32_t lane) const {
+    if (!check_lane(lane).is_ok()) return nullptr;
+    const recurrent_state & rs = lanes_[static_cast<size_t>(lane)].recurrent;
+    return rs.empty() ? nullptr : &rs;
+}
+
+status stage::set_lane_recurrent(int32_t lane, const recurrent_state & state) {
+    SKIPPY_TRY(check_lane(lane));
+    lane_state & l = lanes_[static_cast<size_t>(lane)];
+    if (l.recurrent.empty()) return make_error(error_code::invalid_argument, "this stage has no recurrent layers");
+    if (!state.has_shape(slice_->recurrent_shape_of())) {
+        return make_error(error_code::invalid_argument, "a recurrent state of another shape than this stage's");
+    }
+    if (state.n_tokens() != l.kv->n_tokens()) {
+        return make_error(error_code::invalid_argument, "a recurrent state after " + std::to_string(state.n_tokens()) +
+                                                            " positions for a lane holding " + std::to_string(l.kv->n_tokens()));
+    }
+    l.recurrent = state;
+    return status::ok();
+}
+
+recurrent_state * stage::lane_recurrent_for_restore(int32_t lane) {
+    if (!check_lane(lane).is_ok()) return nullptr;
+    recurrent_state & rs = lanes_[static_cast<size_t>(lane)].recurrent;
+    return rs.empty() ? nullptr : &rs;
+}
+
+std::vector<recurrent_state> stage::take_captures(int32_t lane) {
+    if (!check_lane(lane).is_ok()) return {};
+    return std::exchange(lanes_[static_cast<size_t>(lane)].captures, {});
+}
 
 int64_t stage::lane_recurrent_tokens(int32_t lane) const {
     if (!check_lane(lane).is_ok()) return -1;

@@ -46,6 +46,10 @@ struct lane_span {
     int32_t lane = 0;
     int64_t pos_start = 0;
     int64_t n_tokens = 0;
+    // With recurrent layers: lengths in (pos_start, pos_start + n_tokens], ascending, at
+    // which to copy the lane's recurrent state (a prefix cache's checkpoints; others are
+    // ignored). The copies wait in the lane for take_captures.
+    std::span<const int64_t> checkpoints = {};
 };
 
 class stage {
@@ -100,6 +104,20 @@ public:
     // Positions the lane's recurrent state holds (lane_tokens without recurrent layers;
     // -1 when invalid or no such lane). A span may start at 0 or exactly here.
     int64_t lane_recurrent_tokens(int32_t lane) const;
+    // The lane's recurrent state (null without recurrent layers or for a bad lane). Read
+    // it only from the thread driving the lane, between its forwards.
+    const recurrent_state * lane_recurrent(int32_t lane) const;
+    // Replaces the lane's recurrent state with `state` (a restored checkpoint).
+    // invalid_argument: bad lane, no recurrent layers, another shape, or a state that does
+    // not hold exactly the lane's KV positions (restore the KV first).
+    status set_lane_recurrent(int32_t lane, const recurrent_state & state);
+    // The lane's state to restore into, in place (null as lane_recurrent). The caller
+    // writes into it only a state of its shape holding exactly the lane's KV positions
+    // (decode_recurrent_snapshot with those checks does), or leaves it alone.
+    recurrent_state * lane_recurrent_for_restore(int32_t lane);
+    // The copies forward_batch took for lane_span::checkpoints since the last call,
+    // in position order (each one's n_tokens says where). A truncation drops them.
+    std::vector<recurrent_state> take_captures(int32_t lane);
 
     // Called inside forward(), under the compute lock, just before the lane's KV is
     // extended for positions [pos_start, pos_start + n_tokens): a prefix cache evicts
@@ -112,6 +130,7 @@ private:
     struct lane_state {
         std::unique_ptr<kv_sequence> kv;
         recurrent_state              recurrent;  // empty without recurrent layers
+        std::vector<recurrent_state> captures;   // checkpoint copies not taken yet
     };
     stage() = default;
     status check_lane(int32_t lane) const;
@@ -128,6 +147,7 @@ private:
     forward_workspace                     ws_;       // under compute_mutex_
     forward_workspace                     head_ws_;
     std::vector<sequence_span>            batch_spans_;  // run_layers' scratch, under compute_mutex_
+    std::vector<recurrent_capture>        batch_captures_;
     int32_t                               ctx_size_ = 0;
     std::mutex                            compute_mutex_;
     write_admission_fn                    write_admission_;

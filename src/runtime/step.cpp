@@ -131,6 +131,7 @@ void step_runner::run(std::span<step_item> items, step_lanes_i & lanes) {
         it.result = status::ok();
         it.restored = 0;
         it.from_cache = false;
+        it.checkpoints.clear();
         it.sampled = -1;
         it.logprobs = {};
         const int64_t n = static_cast<int64_t>(it.tokens.size());
@@ -149,7 +150,7 @@ void step_runner::run(std::span<step_item> items, step_lanes_i & lanes) {
         }
         lanes.before(it, std::span<float>(out_).subspan(it.out_offset, static_cast<size_t>(n * n_embd)));
         if (it.from_cache || it.restored >= n) continue;  // nothing left to compute
-        spans_.push_back({it.lane, it.pos_start + it.restored, n - it.restored});
+        spans_.push_back({it.lane, it.pos_start + it.restored, n - it.restored, it.checkpoints});
         span_item_.push_back(i);
         n_in += static_cast<size_t>((n - it.restored) * n_embd);
     }

@@ -101,6 +101,10 @@ struct step_item {
     std::span<const token_id> tokens;   // the tokens at [pos_start, +n)
     std::span<const float>    rows_in;  // stages after the first: [n, n_embd] from upstream
     uint64_t                  request_id = 0;  // the message's id on the wire (for cache events; 0: none)
+    // Set by step_lanes_i::before (a prefix cache on a stage with recurrent layers):
+    // lengths, ascending, at which the stage copies the lane's recurrent state while it
+    // computes the item (lane_span::checkpoints; those it restores are skipped).
+    std::vector<int64_t>      checkpoints;
 
     // Set by the step.
     status   result;             // this item's failure (the other items go on)

@@ -611,6 +611,13 @@ void chain_pipeline::end(int32_t lane) {
     ls.in_use = false;
 }
 
+void chain_pipeline::wait_for_records() {
+    if (cache_ && cache_->cache()) cache_->cache()->wait_for_records();
+    for (const auto & s : servers_) {
+        if (s->cache_host() && s->cache_host()->cache()) s->cache_host()->cache()->wait_for_records();
+    }
+}
+
 int64_t chain_pipeline::cached_tokens(int32_t lane) const { return lanes_[static_cast<size_t>(lane)]->restore.restored(); }
 
 pipeline_i::cache_stage_masks chain_pipeline::cache_masks(int32_t lane) const {
@@ -656,6 +663,18 @@ result<std::unique_ptr<chain_pipeline>> make_embedded_chain(std::shared_ptr<cons
                                                             const stage_options & options, const chain_options & chain) {
     SKIPPY_ASSIGN_OR_RETURN(model_hparams hp, model_hparams::from_gguf(*file));
     SKIPPY_ASSIGN_OR_RETURN(topology topo, even_split(file->path(), hp.n_layer, n_stages, "127.0.0.1", 1));
+    std::vector<layer_range> layers;
+    for (const auto & s : topo.stages) layers.push_back(s.layers);
+    return make_embedded_chain(std::move(file), layers, options, chain);
+}
+
+result<std::unique_ptr<chain_pipeline>> make_embedded_chain(std::shared_ptr<const gguf::file> file, std::span<const layer_range> layers,
+                                                            const stage_options & options, const chain_options & chain) {
+    SKIPPY_ASSIGN_OR_RETURN(model_hparams hp, model_hparams::from_gguf(*file));
+    const int32_t n_stages = static_cast<int32_t>(layers.size());
+    SKIPPY_ASSIGN_OR_RETURN(topology topo, even_split(file->path(), hp.n_layer, n_stages, "127.0.0.1", 1));
+    for (int32_t i = 0; i < n_stages; ++i) topo.stages[static_cast<size_t>(i)].layers = layers[static_cast<size_t>(i)];
+    if (status st = topo.validate(hp.n_layer); !st.is_ok()) return make_error(error_code::invalid_argument, st.message());
     // Bind every stage on an ephemeral loopback port first, then tell each the others'.
     std::vector<tcp_listener> listeners;
     if (n_stages > 1) {

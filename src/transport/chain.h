@@ -73,6 +73,11 @@ public:
     protocol::stats_block last_stats(int32_t lane) const;
     int32_t n_stages() const { return topo_.n_stages(); }
     stage_cache_host * cache_host() { return cache_.get(); }
+    // Blocks until the caches of the stages in this process (stage 0 and in-process
+    // stages) have stored every record handed to their workers, so the next request
+    // finds them (generate --prompts-file between prompts). Stages in other processes
+    // are not waited for: their lookups wait for their own queued records (bounded).
+    void wait_for_records();
     // Liveness counters (docs/transport.md, "Liveness"): idle lanes found closed by
     // their peer and re-dialed before use; requests run again on a fresh lane after a
     // failure before their first token. Thread-safe.
@@ -157,6 +162,11 @@ stage_options stage_options_for(const stage_options & base, layer_range layers, 
 // options.n_threads threads: stages mostly take turns (decode visits them one after
 // another), and separate pools would fight for the cores.
 result<std::unique_ptr<chain_pipeline>> make_embedded_chain(std::shared_ptr<const gguf::file> file, int32_t n_stages,
+                                                            const stage_options & options, const chain_options & chain);
+// The same with the stages' layer ranges given (contiguous, from 0 to the model's
+// n_layer; invalid_argument otherwise): a chain split where a test wants it, e.g. at
+// the border of a hybrid model's recurrent and attention layers.
+result<std::unique_ptr<chain_pipeline>> make_embedded_chain(std::shared_ptr<const gguf::file> file, std::span<const layer_range> layers,
                                                             const stage_options & options, const chain_options & chain);
 
 // `generate --topology T.json`: stage 0 here, the other stages are external processes.

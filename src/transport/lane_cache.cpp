@@ -2,9 +2,29 @@
 
 #include "base/log.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace skippy::transport {
+
+result<int64_t> agree_on_prefix(int64_t limit, int64_t min_tokens, const std::function<int64_t(int64_t)> & here,
+                                const std::function<result<int64_t>(int64_t)> & below, int max_rounds) {
+    int64_t n = here(limit);
+    if (n < min_tokens) return int64_t{0};
+    if (!below) return n;
+    for (int round = 0; round < max_rounds; ++round) {
+        SKIPPY_ASSIGN_OR_RETURN(int64_t m, below(n));
+        m = std::min(m, n);
+        if (m < min_tokens) return int64_t{0};
+        if (m == n) return n;
+        // The stages below restore exactly m: does this one?
+        const int64_t again = here(m);
+        if (again < min_tokens) return int64_t{0};
+        if (again == m) return m;
+        n = again;
+    }
+    return int64_t{0};
+}
 
 void lane_cache::configure(const std::string & cache_key, cache::cache_mode mode, int64_t prompt_tokens) {
     reset();
@@ -90,6 +110,22 @@ void lane_cache::record_activation(std::span<const token_id> tokens, int32_t wid
 
 void lane_cache::rollback() {
     if (cache()) cache()->rollback_session(lane_);
+}
+
+std::vector<int64_t> lane_cache::prefill_checkpoints(int64_t pos_start, int64_t n_tokens) const {
+    if (!records()) return {};
+    return cache()->prefill_checkpoints(pos_start, n_tokens);
+}
+
+cache::cache_counters lane_cache::record_checkpoints(std::vector<recurrent_state> captured, cache_call call) {
+    cache::cache_counters c;
+    if (!records() || !host_->backend()) return c;
+    for (recurrent_state & state : captured) {
+        const int64_t n = state.n_tokens();
+        cache::record_request req{*ns_, lane_, cache::record_reason::checkpoint, call.request_id, protocol::message_kind_name(call.kind)};
+        c.merge(cache()->record_checkpoint(req, n, host_->backend()->wrap(std::move(state))).counters);
+    }
+    return c;
 }
 
 void lane_cache::note_prefill(int64_t pos_start, std::span<const token_id> tokens) {

@@ -8,9 +8,11 @@
 #include "runtime/stage.h"
 #include "transport/stage_cache_host.h"
 
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace skippy::transport {
 
@@ -20,6 +22,17 @@ struct cache_call {
     uint64_t               request_id = 0;
     protocol::message_kind kind = protocol::message_kind::prefill;
 };
+
+// The longest prompt prefix, at most `limit` tokens, that this stage (`here`) and the
+// stages below it (`below`; empty on the final stage) can all restore (docs/kv-cache.md
+// §10, step 2). Each answers the longest prefix it holds of the length it is asked,
+// the stages below already agreed among themselves. A stage whose prefixes restore
+// only at whole checkpoints (recurrent layers) may not hold the shorter length a stage
+// below answered: that length is asked again, here and then below, shorter each time,
+// until the answers meet (at most max_rounds trips below). Below min_tokens, or with
+// no agreement, 0. A KV-only chain agrees on the first trip.
+result<int64_t> agree_on_prefix(int64_t limit, int64_t min_tokens, const std::function<int64_t(int64_t)> & here,
+                                const std::function<result<int64_t>(int64_t)> & below, int max_rounds = 4);
 
 class lane_cache {
 public:
@@ -49,6 +62,12 @@ public:
     void record_activation(std::span<const token_id> tokens, int32_t width, std::span<const float> frame);
 
     void rollback();
+    // Stages with recurrent layers, records on: the lengths at which the stage should
+    // snapshot its state while it computes prompt tokens [pos_start, +n_tokens).
+    std::vector<int64_t> prefill_checkpoints(int64_t pos_start, int64_t n_tokens) const;
+    // Records the snapshots the stage took (stage::take_captures), after their chunk
+    // was noted. Returns the counters to report.
+    cache::cache_counters record_checkpoints(std::vector<recurrent_state> captured, cache_call call);
     // Tokens whose KV the lane now holds: a prefilled chunk or a decoded token.
     void note_prefill(int64_t pos_start, std::span<const token_id> tokens);
     // After a prefilled chunk ending at `pos_end`: records the accumulated prompt when

@@ -35,6 +35,12 @@ void lane_session::note_computed(int64_t pos_start, std::span<const token_id> to
     if (!stage_.is_last() && pos_start == 0) cache_.record_activation(tokens, n_embd_, rows);
 }
 
+cache::cache_counters lane_session::record_checkpoints(uint64_t request_id, protocol::message_kind kind) {
+    std::vector<recurrent_state> captured = stage_.take_captures(lane_);
+    if (captured.empty()) return {};
+    return cache_.record_checkpoints(std::move(captured), {request_id, kind});
+}
+
 status lane_session::compute(int64_t pos_start, std::span<const token_id> tokens, std::span<const float> act_in) {
     const int64_t n = static_cast<int64_t>(tokens.size());
     hidden_.resize(static_cast<size_t>(n * n_embd_));
@@ -64,7 +70,9 @@ void lane_session::reset() {
 void session_lanes::before(step_item & item, std::span<float> out) {
     lane_session & s = *sessions_(item.lane);
     s.step_counters = {};
-    if (!in_band_ || item.kind == step_kind::decode) return;
+    if (item.kind == step_kind::decode) return;
+    item.checkpoints = s.prefill_checkpoints(item.pos_start, static_cast<int64_t>(item.tokens.size()));
+    if (!in_band_) return;
     const auto found =
         s.lookup_chunk(item.pos_start, item.tokens, item.kind == step_kind::prefill_final, out, s.step_counters, item.request_id);
     item.from_cache = found.from_cache;
@@ -79,7 +87,11 @@ void session_lanes::after(const step_item & item, std::span<const float> out) {
     }
     const size_t skip = static_cast<size_t>(item.restored);
     const size_t n_embd = out.size() / item.tokens.size();
-    sessions_(item.lane)->note_computed(item.pos_start + item.restored, item.tokens.subspan(skip), out.subspan(skip * n_embd));
+    lane_session & s = *sessions_(item.lane);
+    s.note_computed(item.pos_start + item.restored, item.tokens.subspan(skip), out.subspan(skip * n_embd));
+    const protocol::message_kind kind = item.kind == step_kind::prefill_final ? protocol::message_kind::prefill_final
+                                                                              : protocol::message_kind::prefill;
+    s.step_counters.merge(s.record_checkpoints(item.request_id, kind));
 }
 
 }  // namespace skippy::transport

@@ -92,11 +92,8 @@ result<std::unique_ptr<stage_cache_host>> stage_cache_host::create(stage & st, c
     f.ctx_size = st.ctx_size();
     f.platform_tag = platform_tag();
 
-    std::vector<kv_sequence *> lanes;
-    for (int32_t i = 0; i < st.n_lanes(); ++i) lanes.push_back(&st.lane_kv(i));
-    host->backend_ = std::make_unique<cache::pool_kv_backend>(st.kv(), std::move(lanes), range.start, range.end);
+    host->backend_ = std::make_unique<stage_kv_backend>(st);
     cache::stage_cache_config config = settings.config;
-    config.recurrent_layers = st.has_recurrent_layers();
     if (st.is_last()) config.activation_max_bytes = 0;  // the final stage forwards no activations
     config.disk_dir = cache::disk_dir_for_stage(config.disk_dir, stage_index);
     SKIPPY_ASSIGN_OR_RETURN(host->cache_, cache::stage_cache::create(*host->backend_, config, settings.sink));

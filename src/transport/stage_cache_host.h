@@ -1,13 +1,13 @@
-// A stage's prefix cache, wired to the stage (DESIGN §6): the pool backend over the
-// stage's lanes, the cache itself, write admission before every forward, and the
-// namespace of a request.
+// A stage's prefix cache, wired to the stage (DESIGN §6): the backend over the stage's
+// lanes (KV, and recurrent states on a stage with recurrent layers), the cache itself,
+// write admission before every forward, and the namespace of a request.
 #pragma once
 
-#include "cache/pool_kv_backend.h"
 #include "cache/stage_cache.h"
 #include "runtime/stage.h"
 #include "telemetry/metrics.h"
 #include "telemetry/telemetry.h"
+#include "transport/stage_kv_backend.h"
 
 #include <memory>
 #include <string>
@@ -54,6 +54,8 @@ public:
                                                             const cache_settings & settings);
 
     cache::stage_cache * cache() { return cache_.get(); }
+    // The backend the cache reaches the stage through (null with the cache off).
+    stage_kv_backend * backend() { return backend_.get(); }
     int32_t stage_index() const { return stage_index_; }
     int64_t min_tokens() const { return settings_.config.min_tokens; }
     const telemetry::event_sink_ptr & sink() const { return settings_.sink; }
@@ -68,7 +70,7 @@ private:
     int32_t                                  stage_index_ = 0;
     cache_settings                           settings_;
     cache::namespace_fields                  fields_;
-    std::unique_ptr<cache::pool_kv_backend>  backend_;
+    std::unique_ptr<stage_kv_backend>        backend_;
     std::unique_ptr<cache::stage_cache>      cache_;
 };
 

@@ -302,17 +302,20 @@ status stage_server::lane_worker::handle_configure(const protocol::request & req
 
 status stage_server::lane_worker::handle_probe(const protocol::request & req, protocol::reply & ack) {
     lane_cache & cache = session_.cache();
-    int64_t restorable = cache.probe(req.tokens, {req.request_id, req.kind});
-    if (!is_final_ && restorable > 0) {
-        protocol::request fwd = req;
-        fwd.tokens.resize(static_cast<size_t>(restorable));
-        protocol::reply down;
-        SKIPPY_TRY(forward_sync(std::move(fwd), down));
-        restorable = std::min(restorable, down.restored_tokens);
-        ack.stats = down.stats;
-    }
-    if (restorable < cache.min_tokens()) restorable = 0;
     const int64_t n = static_cast<int64_t>(req.tokens.size());
+    auto here = [&](int64_t m) { return cache.probe(std::span<const token_id>(req.tokens).first(static_cast<size_t>(m)), {req.request_id, req.kind}); };
+    std::function<result<int64_t>(int64_t)> below;
+    if (!is_final_) {
+        below = [&](int64_t m) -> result<int64_t> {
+            protocol::request fwd = req;
+            fwd.tokens.resize(static_cast<size_t>(m));
+            protocol::reply down;
+            SKIPPY_TRY(forward_sync(std::move(fwd), down));
+            ack.stats = protocol::merge_stats(ack.stats, down.stats);
+            return down.restored_tokens;
+        };
+    }
+    SKIPPY_ASSIGN_OR_RETURN(const int64_t restorable, agree_on_prefix(n, cache.min_tokens(), here, below));
     ack.restored_tokens = restorable;
     ack.outcome = restorable == n ? protocol::ack_outcome::hit : restorable > 0 ? protocol::ack_outcome::short_hit : protocol::ack_outcome::miss;
     return status::ok();

@@ -128,4 +128,31 @@ TEST(blob_store, CorruptedBlockFailsItsHashAndIsUnlinkedFromDedupe) {
 }
 
 }  // namespace
+// A reader whose bytes carry their own checksum reads without re-hashing (and into a
+// buffer it keeps); when its own check fails it calls verify, which finds the bad
+// block and unlinks it as read would.
+TEST(blob_store, AnUnverifiedReadLeavesTheCheckToTheReaderAndVerifyUnlinksTheBadBlock) {
+    blob_store store(4);
+    auto ids = store.put(bytes("abcdefgh"));
+    std::vector<uint8_t> buffer;
+    buffer.reserve(64);
+    const uint8_t * kept = buffer.data();
+    ASSERT_TRUE(store.read_into(ids, buffer, false).is_ok());
+    EXPECT_EQ(buffer, bytes("abcdefgh"));
+    EXPECT_EQ(buffer.data(), kept) << "the caller's buffer, not a new one";
+    EXPECT_TRUE(store.verify(ids).is_ok());
+    ASSERT_TRUE(store.corrupt_for_testing(ids[0], 1));
+    ASSERT_TRUE(store.read_into(ids, buffer, false).is_ok()) << "not re-hashed";
+    EXPECT_NE(buffer, bytes("abcdefgh"));
+    EXPECT_EQ(store.read_into(ids, buffer).code(), error_code::integrity) << "re-hashed by default";
+    EXPECT_TRUE(buffer.empty());
+    EXPECT_EQ(store.verify(ids).code(), error_code::integrity);
+    EXPECT_EQ(store.stats().n_integrity_failures, 2);
+    auto again = store.put(bytes("abcdefgh"));
+    EXPECT_NE(again[0], ids[0]) << "unlinked: a fresh copy";
+    EXPECT_TRUE(store.release_all(ids).is_ok());
+    EXPECT_TRUE(store.release_all(again).is_ok());
+    EXPECT_INVARIANTS(store);
+}
+
 }  // namespace skippy::cache

@@ -1,7 +1,8 @@
 // End to end through the CLI, one process after another: `skippy generate --stages 2
 // --kv-cache-disk D` run twice restores the second time from disk with identical
 // tokens; `serve` killed with SIGKILL while it writes pages, 50 times, never serves a
-// corrupt page; two `generate` processes sharing one Redis: the second hits.
+// corrupt page; two `generate` processes sharing one Redis: the second hits; a hybrid
+// model's second prompt restores at a checkpoint.
 #include "common/test_data.h"
 #include "loopback.h"
 #include "tier_fakes.h"
@@ -388,6 +389,47 @@ TEST_F(cli_cache, MetricsReportTheDiskAndRedisTiersAndPassPromtool) {
     EXPECT_EQ(check.out + check.err, "") << "promtool lint findings";
     serve.kill_now(15);
     EXPECT_EQ(serve.wait(20000), 0) << serve.log();
+}
+
+// The shared hybrid model (gated delta-net + attention) through the CLI, as issue 12
+// states it: `generate --stages 2 --prompts-file F -n 16 --greedy --json` with two
+// prompts sharing their first ~180 tokens: the second restores at least 128 (the last
+// checkpoint inside the shared part, every 64 tokens) on both stages, with exactly the
+// tokens of `--kv-cache off`.
+TEST(cli_cache_hybrid, ASecondPromptRestoresAtACheckpointWithTheTokensOfCacheOff) {
+    SKIPPY_REQUIRE_TEST_FILE(model, "models/synth-qwen35-f32.gguf");
+    const std::string dir = make_temp_dir("cli-cache-hybrid");
+    std::string shared;
+    for (int i = 0; i < 6; ++i) shared += "Once upon a time there was a little girl named Lily who loved to play in the park with her dog. ";
+    const std::string prompts = dir + "/prompts.txt";
+    std::ofstream(prompts) << shared << "One day she found a red ball under a big tree.\n"
+                           << shared << "Then the sun went down and everyone went home to sleep.\n";
+    auto run = [&](const std::vector<std::string> & extra) {
+        std::vector<std::string> args = {skippy_binary_path(), "generate", "-m", model, "--stages", "2", "--prompts-file", prompts,
+                                         "-n", "16", "--greedy", "--json", "-t", "2"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        const command_result r = run_command(args, 300);
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        std::vector<nlohmann::json> lines;
+        std::istringstream in(r.out);
+        for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+        return lines;
+    };
+    const auto off = run({"--kv-cache", "off"});
+    const auto on = run({});
+    ASSERT_EQ(off.size(), 2u);
+    ASSERT_EQ(on.size(), 2u);
+    EXPECT_GT(on[1]["prompt_tokens"].get<int64_t>(), 190);
+    EXPECT_EQ(on[0]["cached_tokens"].get<int64_t>(), 0);
+    EXPECT_GE(on[1]["cached_tokens"].get<int64_t>(), 128);
+    EXPECT_EQ(on[1]["kv_hit_stage_mask"].get<uint64_t>(), 3u);
+    for (size_t i = 0; i < 2; ++i) {
+        EXPECT_EQ(off[i]["cached_tokens"].get<int64_t>(), 0);
+        EXPECT_EQ(on[i]["tokens"], off[i]["tokens"]) << "prompt " << i;
+        EXPECT_EQ(on[i]["tokens"].size(), 16u);
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
 }
 
 }  // namespace

@@ -17,8 +17,10 @@
 #include "cache/kv_backend.h"
 #include "telemetry/telemetry.h"
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -263,6 +265,141 @@ private:
     std::optional<error_code>          fail_import_;
 };
 
+// The state a fresh compute of `tokens` leaves in a session of fake_recurrent_backend
+// (a hash of the whole prefix, kept apart from the KV numbers).
+inline uint64_t expected_state(const std::vector<int32_t> & tokens) {
+    uint64_t s = 0x5eed;
+    for (int32_t t : tokens) s = mix_kv(s ^ 0xabcdef, t);
+    return s;
+}
+
+// fake_kv_backend plus, per session, a recurrent state: a number that a compute folds
+// every token into and that, like a real recurrent state, cannot be cut back: a
+// truncation to its own length keeps it, to 0 resets it, anywhere else invalidates it
+// (a compute continuing an invalid state fails). Snapshots serialize as
+// "FS" | n_tokens | state | namespace (32) | checksum, words of 8 bytes; import_state
+// checks checksum (integrity), namespace and position (invalid_data).
+class fake_recurrent_backend final : public kv_backend_i {
+public:
+    explicit fake_recurrent_backend(int32_t n_blocks = 16, int32_t block_tokens = 4, int32_t n_sessions = 3)
+        : kv_(n_blocks, block_tokens, n_sessions), states_(static_cast<size_t>(n_sessions)) {}
+
+    class snapshot final : public state_snapshot_i {
+    public:
+        snapshot(int64_t n, uint64_t value, const fake_recurrent_backend * owner) : n_(n), value_(value), owner_(owner) {}
+        int64_t n_tokens() const override { return n_; }
+        int64_t n_bytes() const override { return 16; }
+        result<std::vector<uint8_t>> serialize(const digest256 & ns) const override {
+            digest256 named = ns;
+            if (owner_->foreign_namespace_) named.bytes[0] ^= 0xff;  // a snapshot that names another namespace
+            std::vector<uint64_t> w{0x5346, static_cast<uint64_t>(n_), value_};
+            for (size_t i = 0; i < 32; i += 8) {
+                uint64_t x = 0;
+                std::memcpy(&x, named.bytes.data() + i, 8);
+                w.push_back(x);
+            }
+            uint64_t sum = 0;
+            for (uint64_t x : w) sum = sum * 31 + x;
+            w.push_back(sum);
+            std::vector<uint8_t> out(w.size() * 8);
+            std::memcpy(out.data(), w.data(), out.size());
+            ++owner_->n_serialized_;
+            return out;
+        }
+
+    private:
+        int64_t                        n_;
+        uint64_t                       value_;
+        const fake_recurrent_backend * owner_;
+    };
+
+    // A forward of tokens at [pos_start, +n): KV and state. invalid_argument when the
+    // state does not sit at pos_start (and pos_start > 0).
+    status compute(int32_t session, int64_t pos_start, std::span<const int32_t> tokens) {
+        state & st = states_.at(static_cast<size_t>(session));
+        if (pos_start != 0 && st.n != pos_start) return make_error(error_code::invalid_argument, "fake: recurrent state not at the position");
+        SKIPPY_TRY(kv_.compute(session, pos_start, tokens));
+        if (pos_start == 0) st = state{};
+        for (int32_t t : tokens) st.value = mix_kv(st.value ^ 0xabcdef, t);
+        st.n = pos_start + static_cast<int64_t>(tokens.size());
+        return status::ok();
+    }
+    uint64_t state_of(int32_t session) const { return states_.at(static_cast<size_t>(session)).value; }
+    int64_t state_tokens(int32_t session) const { return states_.at(static_cast<size_t>(session)).n; }
+    std::vector<uint64_t> kv_of(int32_t session) const { return kv_.kv_of(session); }
+    int64_t violations() const { return kv_.violations(); }
+    int64_t total_refs() const { return kv_.total_refs(); }
+    // Snapshots from now on name another namespace than the one they are stored under.
+    void serialize_foreign_namespace(bool on) { foreign_namespace_ = on; }
+    int64_t n_serialized() const { return n_serialized_; }
+
+    int32_t block_tokens() const override { return kv_.block_tokens(); }
+    int64_t n_free_blocks() const override { return kv_.n_free_blocks(); }
+    int64_t bytes_per_token() const override { return kv_.bytes_per_token(); }
+    result<int64_t> session_tokens(int32_t session) const override { return kv_.session_tokens(session); }
+    result<std::vector<kv_block_id>> session_blocks(int32_t session, int64_t n_tokens) const override {
+        return kv_.session_blocks(session, n_tokens);
+    }
+    result<int64_t> blocks_needed(int32_t session, int64_t pos_start, int64_t n_tokens) const override {
+        return kv_.blocks_needed(session, pos_start, n_tokens);
+    }
+    void retain(std::span<const kv_block_id> blocks) override { kv_.retain(blocks); }
+    void release(std::span<const kv_block_id> blocks) override { kv_.release(blocks); }
+    status share_into(int32_t session, std::span<const kv_block_id> blocks, int64_t n_tokens) override {
+        SKIPPY_TRY(kv_.share_into(session, blocks, n_tokens));
+        cut(session, n_tokens);
+        return status::ok();
+    }
+    status truncate_session(int32_t session, int64_t n_tokens) override {
+        SKIPPY_TRY(kv_.truncate_session(session, n_tokens));
+        cut(session, n_tokens);
+        return status::ok();
+    }
+    result<std::vector<uint8_t>> export_page(std::span<const kv_block_id> blocks, int64_t n_tokens, int64_t token_start,
+                                             int64_t token_count) const override {
+        return kv_.export_page(blocks, n_tokens, token_start, token_count);
+    }
+    status import_page(int32_t session, std::span<const uint8_t> page) override {
+        SKIPPY_TRY(kv_.import_page(session, page));
+        cut(session, *kv_.session_tokens(session));
+        return status::ok();
+    }
+    bool has_recurrent_state() const override { return true; }
+    result<state_snapshot_ptr> snapshot_state(int32_t session, int64_t n_tokens) const override {
+        const state & st = states_.at(static_cast<size_t>(session));
+        if (st.n != n_tokens) return make_error(error_code::invalid_argument, "fake: the state is not at that length");
+        return state_snapshot_ptr(std::make_shared<snapshot>(st.n, st.value, this));
+    }
+    status import_state(int32_t session, std::span<const uint8_t> bytes, const digest256 & ns) override {
+        if (bytes.size() != 8 * 8) return make_error(error_code::invalid_data, "fake snapshot size");
+        std::vector<uint64_t> w(8);
+        std::memcpy(w.data(), bytes.data(), bytes.size());
+        uint64_t sum = 0;
+        for (size_t i = 0; i + 1 < w.size(); ++i) sum = sum * 31 + w[i];
+        if (w[0] != 0x5346 || sum != w.back()) return make_error(error_code::integrity, "fake snapshot checksum");
+        if (std::memcmp(w.data() + 3, ns.bytes.data(), 32) != 0) return make_error(error_code::invalid_data, "fake snapshot: another namespace");
+        if (static_cast<int64_t>(w[1]) != *kv_.session_tokens(session)) return make_error(error_code::invalid_data, "fake snapshot: another position");
+        states_.at(static_cast<size_t>(session)) = state{static_cast<int64_t>(w[1]), w[2]};
+        return status::ok();
+    }
+
+private:
+    struct state {
+        int64_t  n = 0;
+        uint64_t value = 0x5eed;
+    };
+    void cut(int32_t session, int64_t n) {
+        state & st = states_.at(static_cast<size_t>(session));
+        if (n == st.n) return;
+        st = n == 0 ? state{} : state{-1, 0};
+    }
+
+    fake_kv_backend          kv_;
+    std::vector<state>       states_;
+    std::atomic<bool>        foreign_namespace_{false};
+    mutable std::atomic<int64_t> n_serialized_{0};
+};
+
 // Collects events; thread-safe.
 class recording_sink final : public telemetry::event_sink_i {
 public:
@@ -288,6 +425,7 @@ public:
                     if (auto s = std::get_if<std::string>(&v)) return *s;
                     if (auto i = std::get_if<int64_t>(&v)) return std::to_string(*i);
                     if (auto b = std::get_if<bool>(&v)) return *b ? "true" : "false";
+                    if (auto d = std::get_if<double>(&v)) return std::to_string(*d);
                 }
             }
             return "";

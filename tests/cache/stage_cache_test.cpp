@@ -5,6 +5,7 @@
 #include "tier_fakes.h"
 
 #include "fakes.h"
+#include "stage_cache_fixture.h"
 #include "worker_gate.h"
 
 #include <gtest/gtest.h>
@@ -40,16 +41,7 @@ cache_namespace ns_with(const std::function<void(namespace_fields &)> & change =
     return *make_namespace(f);
 }
 
-stage_cache_config small_config() {
-    stage_cache_config c;
-    c.min_tokens = 4;
-    c.max_entries = 8;
-    c.exact_max_bytes = 1 << 20;
-    c.exact_page_tokens = 4;
-    c.exact_block_bytes = 16;
-    c.activation_max_bytes = 1024;
-    return c;
-}
+stage_cache_config small_config() { return testing::small_stage_cache_config(); }
 
 using testing::run_of;
 
@@ -60,22 +52,11 @@ toks concat(toks a, const toks & b) {
     return a;
 }
 
-struct stage_cache_fake : ::testing::Test {
-    std::shared_ptr<recording_sink> sink = std::make_shared<recording_sink>();
-    fake_kv_backend                 backend{16, 4, 3};
-    std::unique_ptr<stage_cache>    cache;
-    cache_namespace                 ns = ns_with();
+struct stage_cache_fake : testing::stage_cache_fixture<fake_kv_backend> {
+    cache_namespace ns = ns_with();
 
+    stage_cache_fake() : stage_cache_fixture(16) {}
     void SetUp() override { make(small_config()); }
-    void make(const stage_cache_config & c) {
-        cache.reset();
-        cache = std::move(stage_cache::create(backend, c, sink).value());
-    }
-    void check() {
-        status st = cache->check_invariants();
-        ASSERT_TRUE(st.is_ok()) << st.to_string();
-        ASSERT_EQ(backend.violations(), 0);
-    }
     // The stage's request loop, reduced: restore (prompt - 1), prefill the rest,
     // record after the final chunk. Returns the restore result.
     restore_result request(int32_t session, const toks & prompt, bool record = true) {

@@ -181,7 +181,8 @@ TEST_F(cli, NumericFlagsRefuseOutOfRangeAndOverflowingValues) {
         i(bench, "--repeat", "0", "1001"), i(bench, "--batch-size", "0", "65537"), i(bench, "--stages", "0", "65"),
         i(bc, "--stages", "0", "65"), i(bc, "--threads", "0", "1025"), i(bc, "--prefix-tokens", "7", "1048577"),
         i(bc, "--suffix-tokens", "0", "1048577"), i(bc, "--prefixes", "0", "1001"), i(bc, "--questions", "0", "1001"),
-        i(bc, "--repeat", "0", "1001"), i(bc, "--batch-size", "0", "65537"),
+        i(bc, "--repeat", "0", "1001"), i(bc, "--batch-size", "0", "65537"), i(bc, "--check-tokens", "0", "4097"),
+        i(bc, "--kv-cache-checkpoint-tokens", "-1", "16777217"),
         i(plan, "--base-port", "0", "65536"),
         i(serve, "--stages", "0", "65"),
     };
@@ -200,6 +201,7 @@ TEST_F(cli, NumericFlagsRefuseOutOfRangeAndOverflowingValues) {
         flags.push_back(i(cmd, "--kv-cache-max-entries", "-1", "1073741825"));
         flags.push_back(i(cmd, "--kv-cache-exact-max-bytes", "-1", "1125899906842625"));
         flags.push_back(i(cmd, "--kv-cache-resident-tokens", "-1", "17179869185"));
+        flags.push_back(i(cmd, "--kv-cache-checkpoint-tokens", "-1", "16777217"));
     }
     // Every flag gets its two bounds; the malformed values (one parser for all flags of
     // a kind, in common.cpp) rotate over the flags, so each is tried on several flags of

@@ -2,6 +2,8 @@
 // 5 blocks. The golden page below is the worked example of docs/kv-cache.md.
 #include "kv/kv_page.h"
 
+#include <openssl/evp.h>
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -64,14 +66,14 @@ TEST(kv_page, GoldenBytesOfATwoTokenPage) {
     ASSERT_TRUE(page.is_ok()) << page.error().to_string();
     ASSERT_EQ(page->size(), 56u + 64u + 32u);
     EXPECT_EQ(page->size(), kv_page_bytes(page_geometry, 2));
-    // header: magic, version 1, layout 1, dtype 0 (f32), layers [3,5), kv_dim 2,
-    // token_start 1, token_count 2, payload 64
+    // header: magic, version 2, layout 1, dtype 0 (f32), layers [3,5), kv_dim 2, both
+    // layers with KV, token_start 1, token_count 2, payload 64
     EXPECT_EQ(hex(page->data(), 56),
-              "534b50594b565047" "0100" "0100" "00" "000000" "03000000" "05000000" "02000000" "00000000"
+              "534b50594b565047" "0200" "0100" "00" "000000" "03000000" "05000000" "02000000" "02000000"
               "0100000000000000" "0200000000000000" "4000000000000000");
     // layer 0, K rows of positions 1 and 2: 10.0f 11.0f 20.0f 21.0f
     EXPECT_EQ(hex(page->data() + 56, 16), "00002041000030410000a0410000a841");
-    EXPECT_EQ(hex(page->data() + 120, 32), "de03917f17240e8fdad4caec636f5c060c2f9c8054f9a6d737edf81d6f4271cd");
+    EXPECT_EQ(hex(page->data() + 120, 32), "d0d0cc86ddb443725055e746d317c509b70ef2e1123b583377548f33914592c1");
 }
 
 TEST(kv_page, ExportThenImportReproducesTheRowsByteForByte) {
@@ -130,11 +132,14 @@ TEST(kv_page, HeaderFieldsAreCheckedBeforeUse) {
         return import_page(dst, p, page_geometry).code();
     };
     EXPECT_EQ(with(0, 'X'), error_code::invalid_data);   // magic
-    EXPECT_EQ(with(8, 2), error_code::unsupported);      // version 2
+    EXPECT_EQ(with(8, 3), error_code::unsupported);      // version 3
+    EXPECT_EQ(with(8, 1), error_code::invalid_data);     // version 1 has bytes 28..31 reserved
     EXPECT_EQ(with(10, 7), error_code::unsupported);     // layout 7
     EXPECT_EQ(with(12, 9), error_code::invalid_data);    // dtype 9
     EXPECT_EQ(with(13, 1), error_code::invalid_data);    // reserved
     EXPECT_EQ(with(27, 0x80), error_code::invalid_data); // kv_dim negative
+    EXPECT_EQ(with(28, 0), error_code::invalid_data);    // no KV layer
+    EXPECT_EQ(with(28, 3), error_code::invalid_data);    // 3 KV layers in a range of 2
     EXPECT_EQ(with(40, 3), error_code::invalid_data);    // token_count 3 vs payload of 2
     EXPECT_EQ(with(47, 0x7f), error_code::invalid_data); // token_count huge: no allocation
     EXPECT_EQ(with(48, 0), error_code::invalid_data);    // payload_bytes
@@ -174,7 +179,7 @@ TEST(kv_page, ExportRefusesRangesOutsideTheSequence) {
     fill(s, 3);
     EXPECT_EQ(export_page(s, 3, 5, 2, 2).error().code(), error_code::invalid_argument);
     EXPECT_EQ(export_page(s, 3, 5, -1, 1).error().code(), error_code::invalid_argument);
-    EXPECT_EQ(export_page(s, 3, 6, 0, 1).error().code(), error_code::invalid_argument);  // 3 layers vs pool's 2
+    EXPECT_EQ(export_page(s, 3, 4, 0, 1).error().code(), error_code::invalid_argument);  // 1 layer vs the pool's 2
     auto empty = export_page(s, 3, 5, 3, 0);
     ASSERT_TRUE(empty.is_ok());
     EXPECT_EQ(empty->size(), 56u + 32u);
@@ -207,6 +212,49 @@ TEST(kv_page, ImportOverASharedPartialBlockCopiesOnWrite) {
     EXPECT_EQ(k, 20.0f);  // the owner still reads its own row
     std::memcpy(&k, s.k_row(0, 2), 4);
     EXPECT_EQ(k, 20.5f);
+}
+
+// A hybrid stage keeps KV for some layers of its range only (docs/kv-cache.md §2): a
+// pool of 2 layers for the range [3, 7) writes pages saying so, which import into the
+// same geometry and nowhere else.
+TEST(kv_page, APageOfAStageWithFewerKvLayersThanItsRange) {
+    kv_pool pool(two_layer_geometry(), 5);
+    kv_sequence src(pool), dst(pool);
+    fill(src, 3);
+    auto page = export_page(src, 3, 7, 0, 3);
+    ASSERT_TRUE(page.is_ok()) << page.error().to_string();
+    const kv_page_geometry hybrid{3, 7, 2, kv_dtype::f32, 2};
+    EXPECT_EQ(page->size(), kv_page_bytes(hybrid, 3));
+    auto h = validate_page(*page);
+    ASSERT_TRUE(h.is_ok());
+    EXPECT_EQ(h->geometry.n_kv_layers, 2);
+    EXPECT_EQ(import_page(dst, *page, kv_page_geometry{3, 7, 2, kv_dtype::f32}).code(), error_code::invalid_data)
+        << "a stage keeping KV for all 4 layers";
+    EXPECT_EQ(import_page(dst, *page, page_geometry).code(), error_code::invalid_data) << "another range";
+    ASSERT_TRUE(import_page(dst, *page, hybrid).is_ok());
+    EXPECT_TRUE(same_rows(src, dst, 3));
+}
+
+// Version 1 pages (bytes 28..31 reserved, every layer of the range) still import: a
+// disk tier written before version 2 stays readable for dense stages.
+TEST(kv_page, AVersionOnePageOfEveryLayerStillImports) {
+    kv_pool pool(two_layer_geometry(), 5);
+    kv_sequence src(pool), dst(pool);
+    fill(src, 2);
+    auto page = export_page(src, 3, 5, 0, 2);
+    ASSERT_TRUE(page.is_ok());
+    std::vector<uint8_t> v1 = *page;
+    v1[8] = 1;
+    std::memset(v1.data() + 28, 0, 4);
+    const size_t body = v1.size() - kv_page_checksum_bytes;
+    unsigned int n = 0;
+    ASSERT_EQ(EVP_Digest(v1.data(), body, v1.data() + body, &n, EVP_sha256(), nullptr), 1);
+    auto h = validate_page(v1);
+    ASSERT_TRUE(h.is_ok()) << h.error().to_string();
+    EXPECT_EQ(h->version, 1);
+    EXPECT_EQ(h->geometry.kv_layers(), 2);
+    ASSERT_TRUE(import_page(dst, v1, page_geometry).is_ok());
+    EXPECT_TRUE(same_rows(src, dst, 2));
 }
 
 }  // namespace

@@ -6,6 +6,9 @@
 // shared golden file checks the arithmetic against llama.cpp (golden_test.cpp).
 #include "model_fixture.h"
 
+#include "kv/kv_page.h"
+#include "model/recurrent_snapshot.h"
+
 #include <algorithm>
 #include <cstring>
 #include <optional>
@@ -302,6 +305,115 @@ TEST(qwen35, StageLanesFollowTheirRecurrentState) {
     EXPECT_EQ(s.lane_tokens(0), 6);
     ASSERT_TRUE(s.forward(0, 0, ids, {}, 10, out).is_ok());
     EXPECT_EQ(s.lane_recurrent_tokens(0), 10);
+}
+
+// The synthetic model as one stage with these threads, context and lanes.
+std::unique_ptr<stage> q35_stage(int32_t n_threads, int32_t ctx, int32_t n_lanes) {
+    auto file = synthetic_model(q35_options());
+    if (!file) return nullptr;
+    stage_options so;
+    so.n_threads = n_threads;
+    so.ctx_size = ctx;
+    so.n_lanes = n_lanes;
+    auto loaded = stage::load(file, so);
+    EXPECT_TRUE(loaded.is_ok()) << loaded.error().to_string();
+    return loaded.is_ok() ? std::move(loaded).value() : nullptr;
+}
+
+// Checkpoints inside a chunk (lane_span::checkpoints): each copy is bitwise the
+// state a token-by-token run holds after that position, and taking them changes no
+// output bit.
+TEST(qwen35, CheckpointCopiesInsideAChunkEqualTheStateTokenByToken) {
+    auto loaded = q35_stage(2, 128, 3);
+    ASSERT_NE(loaded, nullptr);
+    stage & s = *loaded;
+    const int64_t n_embd = s.hparams().n_embd;
+    const auto ids = sample_ids(70, 300, 11);
+    auto embed = [&](int64_t p0, int64_t n) {
+        std::vector<float> x(static_cast<size_t>(n * n_embd));
+        EXPECT_TRUE(s.slice().embed(std::span<const token_id>(ids).subspan(static_cast<size_t>(p0), static_cast<size_t>(n)), x.data()).is_ok());
+        return x;
+    };
+    // Lane 0: positions [0, 5) alone, then [5, 70) with checkpoints every 16 tokens.
+    std::vector<float> head = embed(0, 5), rows = embed(5, 65);
+    status st;
+    const std::vector<int64_t> every16 = {16, 32, 48, 64};
+    const lane_span first{0, 0, 5, every16};
+    s.forward_batch(std::span<const lane_span>(&first, 1), head.data(), std::span<status>(&st, 1));
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    EXPECT_TRUE(s.take_captures(0).empty()) << "no checkpoint in [1, 5]";
+    const lane_span rest{0, 5, 65, every16};
+    s.forward_batch(std::span<const lane_span>(&rest, 1), rows.data(), std::span<status>(&st, 1));
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    std::vector<recurrent_state> caps = s.take_captures(0);
+    ASSERT_EQ(caps.size(), 4u);
+    EXPECT_TRUE(s.take_captures(0).empty()) << "taken once";
+    // Lane 1: token by token, the state compared after each checkpoint position.
+    std::vector<float> one_by_one;
+    size_t next = 0;
+    for (int64_t p = 0; p < 70; ++p) {
+        std::vector<float> x = embed(p, 1);
+        const lane_span sp{1, p, 1};
+        s.forward_batch(std::span<const lane_span>(&sp, 1), x.data(), std::span<status>(&st, 1));
+        ASSERT_TRUE(st.is_ok());
+        if (p >= 5) one_by_one.insert(one_by_one.end(), x.begin(), x.end());
+        if ((p + 1) % 16 == 0) {
+            ASSERT_LT(next, caps.size());
+            EXPECT_EQ(caps[next].n_tokens(), p + 1);
+            const recurrent_state * live = s.lane_recurrent(1);
+            ASSERT_NE(live, nullptr);
+            ASSERT_EQ(live->floats().size(), caps[next].floats().size());
+            EXPECT_EQ(std::memcmp(live->floats().data(), caps[next].floats().data(), live->bytes()), 0) << "checkpoint " << p + 1;
+            ++next;
+        }
+    }
+    EXPECT_EQ(next, caps.size());
+    EXPECT_TRUE(bitwise_equal(rows, one_by_one)) << "checkpoints change no output bit";
+}
+
+// A restore as the cache does it: the KV pages of [0, 32) and the snapshot taken at 32
+// (through its byte format) put into another lane, which then continues exactly as the
+// lane that computed them.
+TEST(qwen35, AKvPrefixWithItsSnapshotContinuesBitwise) {
+    auto loaded = q35_stage(1, 64, 2);
+    ASSERT_NE(loaded, nullptr);
+    stage & s = *loaded;
+    const int64_t n_embd = s.hparams().n_embd;
+    const auto ids = sample_ids(44, 300, 21);
+    std::vector<float> out(44 * static_cast<size_t>(n_embd));
+    std::vector<float> x(out.size());
+    ASSERT_TRUE(s.slice().embed(ids, x.data()).is_ok());
+    status st;
+    const std::vector<int64_t> at32 = {32};
+    const lane_span all{0, 0, 44, at32};
+    s.forward_batch(std::span<const lane_span>(&all, 1), x.data(), std::span<status>(&st, 1));
+    ASSERT_TRUE(st.is_ok());
+    std::vector<recurrent_state> caps = s.take_captures(0);
+    ASSERT_EQ(caps.size(), 1u);
+    const recurrent_shape shape = s.slice().recurrent_shape_of();
+    snapshot_namespace ns{};
+    ns.fill(0x5a);
+    auto bytes = encode_recurrent_snapshot(caps[0], shape, ns);
+    ASSERT_TRUE(bytes.is_ok()) << bytes.error().to_string();
+    EXPECT_EQ(bytes->size(), recurrent_snapshot_bytes(shape));
+
+    auto page = export_page(s.lane_kv(0), 0, 8, 0, 32);
+    ASSERT_TRUE(page.is_ok());
+    // The two attention layers (3 and 7) keep KV; the recurrent ones none.
+    EXPECT_EQ(s.kv().geometry().n_layers, 2);
+    ASSERT_TRUE(import_page(s.lane_kv(1), *page, kv_page_geometry{0, 8, s.hparams().kv_dim(), kv_dtype::f16, 2}).is_ok());
+    recurrent_state restored;
+    ASSERT_TRUE(decode_recurrent_snapshot(*bytes, shape, ns, 32, restored).is_ok());
+    // A state that does not sit at the lane's KV length is refused.
+    recurrent_state early = restored;
+    early.set_n_tokens(31);
+    EXPECT_FALSE(s.set_lane_recurrent(1, early).is_ok());
+    ASSERT_TRUE(s.set_lane_recurrent(1, restored).is_ok());
+    EXPECT_EQ(s.lane_recurrent_tokens(1), 32);
+
+    std::vector<float> tail(12 * static_cast<size_t>(n_embd));
+    ASSERT_TRUE(s.forward(1, 32, std::span<const token_id>(ids).subspan(32), {}, 12, tail).is_ok());
+    EXPECT_TRUE(bitwise_equal(tail, std::vector<float>(x.begin() + 32 * n_embd, x.end())));
 }
 
 }  // namespace

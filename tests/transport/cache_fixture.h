@@ -111,6 +111,8 @@ struct cache_run_options {
     int32_t  ctx = 512;
     int32_t  threads = 1;
     int32_t  lanes = 1;
+    int64_t  checkpoint_tokens = 64;  // stages with recurrent layers: snapshot spacing
+    std::vector<layer_range> layers;  // the stages' layer ranges; empty: n_stages even ones
     std::shared_ptr<memory_sink> sink;
 };
 
@@ -125,8 +127,10 @@ inline std::unique_ptr<transport::chain_pipeline> cached_chain(std::shared_ptr<c
     co.cache.config.max_entries = o.max_entries;
     co.cache.config.exact_max_bytes = o.exact_max_bytes;
     co.cache.resident_tokens = o.resident_tokens;
+    co.cache.config.checkpoint_tokens = o.checkpoint_tokens;
     co.cache.sink = o.sink;
-    auto p = transport::make_embedded_chain(std::move(file), o.n_stages, so, co);
+    auto p = o.layers.empty() ? transport::make_embedded_chain(std::move(file), o.n_stages, so, co)
+                              : transport::make_embedded_chain(std::move(file), o.layers, so, co);
     EXPECT_TRUE(p.is_ok()) << p.error().to_string();
     return p.is_ok() ? std::move(p).value() : nullptr;
 }

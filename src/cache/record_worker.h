@@ -5,7 +5,8 @@
 // pending slot. A job submitted while another is pending supersedes it: the older
 // one is dropped (destroyed on the caller's thread, counted). The newest record is
 // the one a conversation's next turn needs (the record at Stop extends the one after
-// the prompt), and the memory a record holds is bounded by two jobs.
+// the prompt), and the memory a record holds is bounded by two jobs. (stage_cache keeps
+// its own bounded queue of records; each job it submits drains that queue.)
 #pragma once
 
 #include <condition_variable>

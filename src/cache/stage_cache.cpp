@@ -105,6 +105,7 @@ status stage_cache_config::validate() const {
     if (redis_timeout_ms < 1 || redis_timeout_ms > 60000) return bad("redis_timeout_ms must be in [1, 60000]");
     if (checkpoint_tokens < 0 || checkpoint_tokens > (int64_t{1} << 24)) return bad("checkpoint_tokens must be in [0, 2^24]");
     if (record_wait_ms < 0 || record_wait_ms > 60000) return bad("record_wait_ms must be in [0, 60000]");
+    if (max_pending_records < 1 || max_pending_records > 4096) return bad("max_pending_records must be in [1, 4096]");
     if (!redis_url.empty()) {
         auto url = parse_redis_url(redis_url);
         if (!url.is_ok()) return bad(url.error().message());
@@ -189,8 +190,13 @@ result<std::unique_ptr<stage_cache>> stage_cache::create(kv_backend_i & backend,
 }
 
 stage_cache::~stage_cache() {
-    // Pages queued for a tier that outlives the process are worth the wait.
-    if (any_io_tier()) worker_.wait_idle();
+    // Pages queued for a tier that outlives the process are worth the wait; otherwise
+    // the running record finishes and the waiting ones are dropped.
+    if (any_io_tier()) {
+        worker_.wait_idle();
+    } else {
+        stopping_.store(true);
+    }
 }  // then worker_ goes first (declared last), then the tiers
 
 void stage_cache::emit(const telemetry::event & ev) const {
@@ -501,6 +507,18 @@ restore_result stage_cache::restore_impl(const restore_request & req, decision_e
     return finish(best == target ? lookup_outcome::hit : lookup_outcome::short_);
 }
 
+int64_t stage_cache::drop_waiting_records_locked(int64_t needed_blocks) {
+    int64_t n_dropped = 0;
+    while (backend_.n_free_blocks() < needed_blocks && !pending_records_.empty()) {
+        inflight_.remove(pending_records_.front()->ticket);
+        pending_records_.pop_front();  // releases its references on blocks
+        ++n_dropped;
+    }
+    n_records_dropped_for_room_ += n_dropped;
+    if (n_dropped > 0) records_cv_.notify_all();  // a lookup waiting for a dropped record gives up on it
+    return n_dropped;
+}
+
 status stage_cache::import_locked(const digest256 & ns, int32_t session, std::span<const page_bytes> pages, int64_t n_tokens) {
     auto fail = [&](const status & st) {
         (void)backend_.truncate_session(session, 0);
@@ -518,7 +536,8 @@ status stage_cache::import_locked(const digest256 & ns, int32_t session, std::sp
         }
     }
     const int64_t bt = backend_.block_tokens();
-    (void)resident_tier_.evict(tier_evict_request{(end + bt - 1) / bt});
+    const int64_t needed_blocks = (end + bt - 1) / bt;
+    if (!resident_tier_.evict(tier_evict_request{needed_blocks}).enough) (void)drop_waiting_records_locked(needed_blocks);
     for (const page_bytes & p : pages) {
         if (p.kind != page_kind::kv) continue;
         st = backend_.import_page(session, p.bytes);
@@ -615,6 +634,10 @@ admission_result stage_cache::make_room_for_write(int32_t session, int64_t pos_s
         out.n_lost = m.n_evicted - m.n_kept;
         out.enough = m.enough;
         n_demoted = n_demotions_ - demotions_before;
+        if (!out.enough && drop_waiting_records_locked(out.needed_blocks) > 0) {
+            out.n_free_blocks = backend_.n_free_blocks();
+            out.enough = out.n_free_blocks >= out.needed_blocks;
+        }
         // Every namespace of one cache names the same stage; an eviction implies one.
         if (!namespaces_.empty()) stage_index = namespaces_.begin()->second.stage_index;
     }
@@ -837,45 +860,51 @@ record_result stage_cache::record_tokens_impl(const record_request & req, std::s
     }
     bool queued = false;
     if (job) {
-        // Never waited for: the record waits in the one pending slot, replacing a record
-        // still waiting there. When it extends that one (same namespace, its tokens a
-        // prefix), it takes the shorter one along as a checkpoint: a conversation's
-        // prompt and its prompt plus answer are both stored (the exact-state tier serves
-        // only whole entries), from the newer, larger snapshot.
-        std::unique_ptr<pending_record> replaced;  // released outside the lock
+        // Never waited for: the record joins the records waiting for the worker. When it
+        // extends one of them (same namespace, its tokens a prefix), it takes that one
+        // along as a checkpoint: a conversation's prompt and its prompt plus answer (or a
+        // prompt's successive checkpoints) are all stored, from the newer, larger
+        // snapshot (the exact-state tier serves only whole entries). Beyond
+        // max_pending_records the oldest waiting record is dropped.
+        std::vector<std::unique_ptr<pending_record>> released;  // released outside the lock
         {
             std::lock_guard<std::mutex> lock(mutex_);
-            if (pending_record_) {
-                const std::vector<token_id> & older = pending_record_->tokens;
-                const bool extends = pending_record_->ns.hash == ns.hash && older.size() < job->tokens.size() &&
-                                     std::equal(older.begin(), older.end(), job->tokens.begin());
-                if (extends) {
-                    job->checkpoints = std::move(pending_record_->checkpoints);
-                    job->checkpoints.push_back(checkpoint{static_cast<int64_t>(older.size()), pending_record_->state});
-                    job->wants.exact = job->wants.exact || pending_record_->wants.exact;
-                    job->wants.disk = job->wants.disk || pending_record_->wants.disk;
-                    job->wants.redis = job->wants.redis || pending_record_->wants.redis;
-                    ++n_records_merged_;
-                } else {
-                    ++n_records_superseded_;
-                }
-                inflight_.remove(pending_record_->ticket);
-                replaced = std::move(pending_record_);
+            for (auto it = pending_records_.begin(); it != pending_records_.end(); ++it) {
+                const pending_record & older = **it;
+                const bool extends = older.ns.hash == ns.hash && older.tokens.size() < job->tokens.size() &&
+                                     std::equal(older.tokens.begin(), older.tokens.end(), job->tokens.begin());
+                if (!extends) continue;
+                job->checkpoints = std::move((*it)->checkpoints);
+                job->checkpoints.push_back(checkpoint{static_cast<int64_t>(older.tokens.size()), older.state});
+                job->wants.exact = job->wants.exact || older.wants.exact;
+                job->wants.disk = job->wants.disk || older.wants.disk;
+                job->wants.redis = job->wants.redis || older.wants.redis;
+                ++n_records_merged_;
+                inflight_.remove(older.ticket);
+                released.push_back(std::move(*it));
+                pending_records_.erase(it);
+                break;
+            }
+            while (pending_records_.size() >= static_cast<size_t>(config_.max_pending_records)) {
+                ++n_records_superseded_;
+                inflight_.remove(pending_records_.front()->ticket);
+                released.push_back(std::move(pending_records_.front()));
+                pending_records_.pop_front();
             }
             std::vector<int64_t> lengths;
             for (const checkpoint & c : job->checkpoints) lengths.push_back(c.n_tokens);
             lengths.push_back(static_cast<int64_t>(job->tokens.size()));
             job->ticket = inflight_.add(ns.hash, job->tokens, std::move(lengths));
-            pending_record_ = std::move(job);
+            pending_records_.push_back(std::move(job));
         }
-        if (replaced) records_cv_.notify_all();  // a lookup waiting for the superseded record gives up on it
-        replaced.reset();
-        queued = worker_.submit([this] { run_pending_record(); });
+        if (!released.empty()) records_cv_.notify_all();  // a lookup waiting for a dropped record gives up on it
+        released.clear();
+        queued = worker_.submit([this] { run_pending_records(); });
         if (!queued) {  // the worker is stopping
-            std::unique_ptr<pending_record> dropped;
+            std::deque<std::unique_ptr<pending_record>> dropped;
             std::lock_guard<std::mutex> lock(mutex_);
-            dropped = std::move(pending_record_);
-            if (dropped) inflight_.remove(dropped->ticket);
+            dropped.swap(pending_records_);
+            for (const auto & d : dropped) inflight_.remove(d->ticket);
         }
     }
     auto settle = [&](bool was_asked, page_record_state & state) {
@@ -913,27 +942,32 @@ record_result stage_cache::record_tokens_impl(const record_request & req, std::s
     return finish(record_outcome::skipped);
 }
 
-void stage_cache::run_pending_record() {
-    std::unique_ptr<pending_record> job;
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        job = std::move(pending_record_);
+void stage_cache::run_pending_records() {
+    // One submitted job drains the queue; the submits that found it running or waiting
+    // find it empty (or the records queued since).
+    while (!stopping_.load()) {
+        std::unique_ptr<pending_record> job;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (pending_records_.empty()) return;
+            job = std::move(pending_records_.front());
+            pending_records_.pop_front();
+        }
+        if (job->hook) job->hook();
+        const std::vector<kv_block_id> & blocks = job->snapshot->blocks;
+        const int32_t block_tokens = backend_.block_tokens();
+        for (const checkpoint & c : job->checkpoints) {
+            const std::vector<token_id> prefix(job->tokens.begin(), job->tokens.begin() + c.n_tokens);
+            const size_t n_blocks = static_cast<size_t>((c.n_tokens + block_tokens - 1) / block_tokens);
+            run_record_job(job->ns, prefix, std::span<const kv_block_id>(blocks).first(n_blocks), job->wants, c.state);
+        }
+        run_record_job(job->ns, job->tokens, blocks, job->wants, job->state);
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            inflight_.remove(job->ticket);
+        }
+        records_cv_.notify_all();
     }
-    if (!job) return;  // taken by an earlier run (each submit queues one of these)
-    if (job->hook) job->hook();
-    const std::vector<kv_block_id> & blocks = job->snapshot->blocks;
-    const int32_t block_tokens = backend_.block_tokens();
-    for (const checkpoint & c : job->checkpoints) {
-        const std::vector<token_id> prefix(job->tokens.begin(), job->tokens.begin() + c.n_tokens);
-        const size_t n_blocks = static_cast<size_t>((c.n_tokens + block_tokens - 1) / block_tokens);
-        run_record_job(job->ns, prefix, std::span<const kv_block_id>(blocks).first(n_blocks), job->wants, c.state);
-    }
-    run_record_job(job->ns, job->tokens, blocks, job->wants, job->state);
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        inflight_.remove(job->ticket);
-    }
-    records_cv_.notify_all();
 }
 
 void stage_cache::run_record_job(const cache_namespace & ns, const std::vector<token_id> & tokens,
@@ -1078,6 +1112,7 @@ stage_cache_stats stage_cache::stats() const {
         s.n_records_skipped_busy = n_records_skipped_busy_;
         s.n_records_superseded = n_records_superseded_;
         s.n_records_merged = n_records_merged_;
+        s.n_records_dropped_for_room = n_records_dropped_for_room_;
         s.n_records_stored = n_records_stored_;
         s.n_records_failed = n_records_failed_;
         s.n_quarantines = n_quarantines_;

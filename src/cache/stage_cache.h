@@ -38,7 +38,9 @@
 #include "telemetry/telemetry.h"
 
 #include <array>
+#include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -73,6 +75,13 @@ struct stage_cache_config {
     // A lookup that a record still queued for the worker would serve better waits for
     // it, at most this long (ms; 0: never waits).
     int32_t record_wait_ms = 2000;
+    // Records waiting for the worker (beyond the one it runs): a record that does not
+    // extend a waiting one joins the queue, and beyond this many the oldest is dropped
+    // (n_records_superseded). Each holds references on its session's blocks, so at most
+    // this many plus one snapshots hold blocks. About the number of lanes: concurrent
+    // requests' records then all reach the page tiers (on a recurrent stage those are
+    // the only tiers).
+    int32_t max_pending_records = 8;
 
     // invalid_argument naming the first bad field.
     status validate() const;
@@ -196,12 +205,13 @@ struct stage_cache_stats {
     int64_t n_demotions = 0;         // resident entries exported into the exact tier on eviction
     int64_t n_records_queued = 0;    // exact-state records handed to the worker
     int64_t n_records_skipped_busy = 0;  // the worker was stopping
-    // A record still waiting for the worker when a newer one came: the newer one
-    // replaces it (superseded), or, when it extends the waiting one's tokens on the
-    // same namespace (the record at Stop after the one after the prompt), takes it
-    // along as a checkpoint and stores both (merged).
+    // Records waiting for the worker: dropped as the oldest beyond max_pending_records
+    // (superseded), or taken along as a checkpoint by a newer record that extends their
+    // tokens on the same namespace (the record at Stop after the one after the prompt),
+    // which stores both (merged).
     int64_t n_records_superseded = 0;
     int64_t n_records_merged = 0;
+    int64_t n_records_dropped_for_room = 0;  // waiting records dropped so that a write fits
     int64_t n_records_stored = 0;    // exact-state records the worker stored
     int64_t n_records_failed = 0;    // export failed or the tier refused them
     int64_t n_quarantines = 0;
@@ -356,7 +366,7 @@ private:
                                                  std::span<const kv_block_id> blocks) const;
     void run_record_job(const cache_namespace & ns, const std::vector<token_id> & tokens,
                         std::span<const kv_block_id> blocks, page_wants wants, const state_snapshot_ptr & state);
-    // A record waiting for the worker (one at most, the newest; see record()).
+    // A record waiting for the worker (see record(); at most max_pending_records).
     struct pending_record {
         cache_namespace                 ns;
         std::vector<token_id>           tokens;
@@ -367,8 +377,14 @@ private:
         std::function<void()>           hook;
         inflight_records::ticket        ticket = 0;   // what lookups may wait for, until stored
     };
-    // On the worker: takes the pending record, if any, and stores it.
-    void run_pending_record();
+    // Records waiting for the worker hold references on blocks; a write or an import
+    // that does not fit without them comes first (records are never waited for): drops
+    // the oldest until needed_blocks are free or none waits. Returns how many it dropped.
+    // REQUIRES: mutex_ held.
+    int64_t drop_waiting_records_locked(int64_t needed_blocks);
+    // On the worker: stores the waiting records, oldest first, until none is left (or
+    // the cache is being destroyed without an io tier).
+    void run_pending_records();
     void emit(const telemetry::event & ev) const;
     void emit(const decision_event & ev) const;
     bool lookups_enabled() const { return config_.mode == cache_mode::lookup_record; }
@@ -396,7 +412,8 @@ private:
     std::unordered_map<int32_t, look_ledger>                looks_;
     cache_counters                                          totals_;
     std::function<void()>                                   record_hook_;
-    std::unique_ptr<pending_record>                         pending_record_;
+    std::deque<std::unique_ptr<pending_record>>             pending_records_;  // oldest first
+    std::atomic<bool>                                       stopping_{false};  // ~stage_cache: drop what waits
     inflight_records                                        inflight_;     // pending and running records
     std::condition_variable                                 records_cv_;   // a record left inflight_
     std::array<int64_t, n_cache_tiers>                      n_look_hits_{};
@@ -407,6 +424,7 @@ private:
     int64_t n_records_skipped_busy_ = 0;
     int64_t n_records_superseded_ = 0;
     int64_t n_records_merged_ = 0;
+    int64_t n_records_dropped_for_room_ = 0;
     int64_t n_records_stored_ = 0;
     int64_t n_records_failed_ = 0;
     int64_t n_quarantines_ = 0;

@@ -181,7 +181,9 @@ TEST_F(pool_fixture, CorruptedStoredBlockFallsBackToAnExactCompute) {
 }
 
 TEST_F(pool_fixture, DemotedEntryRestoresByteIdentical) {
-    make(config(8, 1 << 20));
+    stage_cache_config one_waiting = config(8, 1 << 20);
+    one_waiting.max_pending_records = 1;  // so that c's record drops b's, which only the resident tier keeps
+    make(one_waiting);
     testing::worker_gate gate(*cache);
     toks a = run_of(5, 10), b = run_of(50, 12), c = run_of(90, 8);
     prefill_and_record(0, a);

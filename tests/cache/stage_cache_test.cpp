@@ -211,7 +211,7 @@ TEST_F(stage_cache_fake, ExactStateServesWhenTheResidentEntryIsGone) {
     check();
 }
 
-TEST_F(stage_cache_fake, RecordsAreNeverWaitedForAndTheNewestPendingOneIsStored) {
+TEST_F(stage_cache_fake, RecordsAreNeverWaitedForAndWaitInAQueue) {
     testing::worker_gate gate(*cache);
     const toks a = run_of(10, 8), b = run_of(100, 8), c = run_of(200, 8);
     request(0, a);
@@ -219,15 +219,64 @@ TEST_F(stage_cache_fake, RecordsAreNeverWaitedForAndTheNewestPendingOneIsStored)
     request(1, b);                // returns at once: b's record waits
     EXPECT_EQ(sink->last(record_event_name, "skippy.exact_cache.record"), "queued");
     EXPECT_EQ(sink->last(record_event_name, "skippy.kv.decision"), "full_prefill_record");
-    request(2, c);                // returns at once: c's record supersedes b's
+    request(2, c);                // returns at once: c's record waits behind b's
+    EXPECT_EQ(sink->last(record_event_name, "skippy.exact_cache.record"), "queued");
+    gate.open();
+    cache->wait_for_records();
+    stage_cache_stats s = cache->stats();
+    EXPECT_EQ(s.n_records_superseded, 0);
+    EXPECT_EQ(s.n_records_merged, 0);
+    EXPECT_EQ(s.n_records_dropped_for_room, 0);
+    EXPECT_EQ(s.n_records_skipped_busy, 0);
+    EXPECT_EQ(s.n_records_stored, 3) << "a's, b's and c's: concurrent requests do not drop each other's records";
+    EXPECT_EQ(s.exact.n_entries, 3);
+    check();
+}
+
+TEST_F(stage_cache_fake, BeyondMaxPendingRecordsTheOldestWaitingOneIsDropped) {
+    stage_cache_config c = small_config();
+    c.max_pending_records = 2;
+    make(c);
+    testing::worker_gate gate(*cache);
+    const toks a = run_of(10, 8), b = run_of(100, 8), d = run_of(200, 8), e = run_of(300, 8);
+    request(0, a);
+    gate.wait_until_held();
+    request(1, b);
+    request(2, d);
+    end_request(1);
+    request(1, e);  // b's record, the oldest waiting, makes room for e's
     gate.open();
     cache->wait_for_records();
     stage_cache_stats s = cache->stats();
     EXPECT_EQ(s.n_records_superseded, 1);
-    EXPECT_EQ(s.n_records_merged, 0);
-    EXPECT_EQ(s.n_records_skipped_busy, 0);
-    EXPECT_EQ(s.n_records_stored, 2) << "a's and c's";
-    EXPECT_EQ(s.exact.n_entries, 2);
+    EXPECT_EQ(s.n_records_stored, 3) << "a's, d's and e's";
+    for (int32_t session = 0; session < 3; ++session) end_request(session);
+    EXPECT_TRUE(cache->make_room_for_write(0, 0, 64).enough);  // every resident entry goes
+    EXPECT_EQ(request(0, d, false).tier, cache_tier::exact_state);
+    end_request(0);
+    EXPECT_EQ(request(0, e, false).tier, cache_tier::exact_state);
+    end_request(0);
+    check();
+}
+
+TEST_F(stage_cache_fake, AWriteThatDoesNotFitDropsWaitingRecordsOldestFirst) {
+    testing::worker_gate gate(*cache);
+    const toks a = run_of(10, 8), b = run_of(100, 8), c = run_of(200, 8);
+    request(0, a);
+    gate.wait_until_held();
+    request(1, b);  // b's and c's records wait, holding their blocks
+    request(2, c);
+    end_request(1);
+    end_request(2);
+    // Room for 48 positions (12 of the 16 blocks; a's running record holds 2): the
+    // resident entries go, and the waiting records' blocks are needed too.
+    const admission_result room = cache->make_room_for_write(1, 0, 48);
+    EXPECT_TRUE(room.enough);
+    EXPECT_GE(cache->stats().n_records_dropped_for_room, 1);
+    gate.open();
+    cache->wait_for_records();
+    stage_cache_stats s = cache->stats();
+    EXPECT_EQ(s.n_records_stored + s.n_records_dropped_for_room, 3);
     check();
 }
 
@@ -266,6 +315,9 @@ TEST_F(stage_cache_fake, ARecordAtStopTakesTheWaitingPromptRecordAlong) {
 }
 
 TEST_F(stage_cache_fake, EvictedResidentEntriesAreDemotedToExactState) {
+    stage_cache_config one_waiting = small_config();
+    one_waiting.max_pending_records = 1;
+    make(one_waiting);
     testing::worker_gate gate(*cache);
     toks a = run_of(10, 8), b = run_of(100, 8), c = run_of(200, 8);
     request(0, a);

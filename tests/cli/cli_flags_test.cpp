@@ -42,7 +42,8 @@ TEST(cli_flags, KvCacheDemoteMapsOntoTheStageCacheConfig) {
 }
 
 // A resident entry whose exact-state records were superseded (the worker held busy in
-// a's record while b's and then c's records were submitted) is evicted: with
+// a's record while b's and then c's records were submitted, with room for one waiting
+// record) is evicted: with
 // demotion on it is exported and a later request restores it from the exact tier; with
 // demotion off it is gone and the request computes everything. The entry is b plus the
 // answer's computed tokens (the record at Stop), so the later request is the next turn
@@ -59,6 +60,8 @@ TEST(cli_flags, KvCacheDemoteOffKeepsEvictedEntriesOutOfTheExactTier) {
         ASSERT_NE(flags, nullptr);
         auto sink = std::make_shared<memory_sink>();
         flags->chain.cache.sink = sink;
+        // One waiting record at most, so that a newer record drops (supersedes) it.
+        flags->chain.cache.config.max_pending_records = 1;
         auto made = skippy::cli::make_pipeline(file, skippy::cli::chain_choice{}, flags->runtime, flags->chain);
         ASSERT_TRUE(made.is_ok()) << made.error().to_string();
         transport::chain_pipeline & p = **made;

@@ -194,7 +194,7 @@ BENCHMARK(BM_parallel_for_overhead)->Arg(2)->Arg(4)->UseRealTime();
                     ->UseRealTime()
                     ->Unit(benchmark::kMicrosecond);
             }
-            for (int64_t n_tokens : {1, 4, 6, 8, 16, 64, 512}) {
+            for (int64_t n_tokens : {1, 4, 6, 8, 12, 16, 64, 512}) {
                 for (int n_threads : {1, 2}) {
                     benchmark::RegisterBenchmark(("BM_matmul/" + type_name + "/" + dims + "/tokens:" + std::to_string(n_tokens) +
                                                   "/threads:" + std::to_string(n_threads))

@@ -142,17 +142,18 @@ TEST_P(path_per_type, MulTileOfAnyShapeEqualsVecDotBitwise) {
     const auto w = weight_rows(t, max_rows, n, 3);
     const auto x = activation_rows(t, max_tokens, n, 4);
     for (int64_t n_rows : {1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 19, 32, 33}) {
-        for (int64_t n_tokens : {1, 2, 3, 7, 8, 9, 15, 16, 17, 18, 31, 32, 33, 49}) {
+        for (int64_t n_tokens : {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 18, 31, 32, 33, 49}) {
             check_tile(t, k, w, x, n, n_rows, n_tokens, std::to_string(n_rows) + "x" + std::to_string(n_tokens) + " tile");
             if (HasFatalFailure()) return;
         }
     }
 }
 
-// Decode's tiles (1 to 3 tokens; the AVX-512 path takes rows 16 at a time and 32-value
-// blocks in pairs): every block count from 1 (a lone block, an odd last one) up,
-// groups of 16 rows with and without rows past them, each output exactly the scalar
-// vec_dot's bits and nothing written outside the tile.
+// Decode's tiles (1 to 3 tokens, and batched decode steps of up to 8, which the
+// AVX-512 path takes as groups of 3 on each 16 rows; 9 is a prefill group again; rows
+// 16 at a time and 32-value blocks in pairs): every block count from 1 (a lone block,
+// an odd last one) up, groups of 16 rows with and without rows past them, each output
+// exactly the scalar vec_dot's bits and nothing written outside the tile.
 TEST_P(path_per_type, DecodeTilesOfEveryBlockCountEqualVecDotBitwise) {
     SKIP_WITHOUT(impl());
     const tensor_type t = type();
@@ -160,7 +161,7 @@ TEST_P(path_per_type, DecodeTilesOfEveryBlockCountEqualVecDotBitwise) {
     const int64_t block = testing::block_elems_of(t) == 1 ? 16 : testing::block_elems_of(t);
     for (int64_t n_blocks : {1, 2, 3, 4, 5, 9}) {
         const int64_t n = n_blocks * block;
-        const int64_t max_rows = 48, max_tokens = 3;
+        const int64_t max_rows = 48, max_tokens = 9;
         const auto w = weight_rows(t, max_rows, n, 60 + n_blocks);
         const auto x = activation_rows(t, max_tokens, n, 70 + n_blocks);
         for (int64_t n_rows : {15, 16, 17, 31, 32, 48}) {

@@ -183,14 +183,14 @@ private:
 };
 
 TEST(protocol_random, RequestsRoundTrip) {
-    const protocol_limits limits;
+    const protocol_limits wire_limits;
     message_generator gen(20240601);
     for (int i = 0; i < 3000; ++i) {
         const request r = gen.random_request();
-        ASSERT_TRUE(validate_request(r, limits).is_ok()) << i << ": " << validate_request(r, limits).to_string();
+        ASSERT_TRUE(validate_request(r, wire_limits).is_ok()) << i << ": " << validate_request(r, wire_limits).to_string();
         const auto bytes = encode_request(r);
         ASSERT_EQ(bytes.size(), encoded_request_bytes(r));
-        auto back = decode_request(bytes, limits);
+        auto back = decode_request(bytes, wire_limits);
         ASSERT_TRUE(back.is_ok()) << i << ": " << back.error().to_string();
         ASSERT_EQ(*back, testing::as_received(r)) << i;
         ASSERT_EQ(encode_request(*back), bytes) << i;
@@ -198,13 +198,13 @@ TEST(protocol_random, RequestsRoundTrip) {
 }
 
 TEST(protocol_random, RepliesRoundTrip) {
-    const protocol_limits limits;
+    const protocol_limits wire_limits;
     message_generator gen(77);
     for (int i = 0; i < 3000; ++i) {
         const reply r = gen.random_reply();
-        ASSERT_TRUE(validate_reply(r, limits).is_ok()) << i << ": " << validate_reply(r, limits).to_string();
+        ASSERT_TRUE(validate_reply(r, wire_limits).is_ok()) << i << ": " << validate_reply(r, wire_limits).to_string();
         const auto bytes = encode_reply(r);
-        auto back = decode_reply(bytes, limits);
+        auto back = decode_reply(bytes, wire_limits);
         ASSERT_TRUE(back.is_ok()) << i << ": " << back.error().to_string();
         ASSERT_EQ(*back, r) << i;
         ASSERT_EQ(encode_reply(*back), bytes) << i;

@@ -139,8 +139,8 @@ TEST(protocol_step, TokenCountsAreBoundedBeforeReading) {
 TEST(protocol_step, TheActivationHoldsEveryEntrysRows) {
     // n_tokens must be the sum of the entries' token counts (3 here).
     auto bytes = encode_step(testing::sample_step());
-    const size_t at_activation = at_entry1 + step_entry_fixed_bytes + 8;
-    patch_u32(bytes, at_activation + 16, 2);
+    const size_t activation_at = at_entry1 + step_entry_fixed_bytes + 8;
+    patch_u32(bytes, activation_at + 16, 2);
     expect_refused(decode_step(bytes, limits), "activation.n_tokens");
     step_frame s = testing::sample_step();
     s.activation.values.pop_back();

@@ -150,8 +150,8 @@ TEST(logprobs, TheDistributionIsAfterLogitBias) {
 }
 
 TEST(logprobs, UnderAGrammarRefusedTokensAreMaskedEvenWhenTheFavouriteIsAllowed) {
-    const std::vector<std::string> pieces = {"", "a", "b", "c"};
-    auto trie = grammar::token_trie::build(pieces, {0});
+    const std::vector<std::string> token_pieces = {"", "a", "b", "c"};
+    auto trie = grammar::token_trie::build(token_pieces, {0});
     ASSERT_TRUE(trie.is_ok());
     constraint_cache cache(*trie);
     auto c = config(0.0f, 4);

@@ -137,6 +137,31 @@ void sampler::adjust(std::span<float> logits) {
 
 }
 
+namespace {
+
+// a ranks before b: the higher logit, then the lower id (a total order on distinct ids).
+bool ranks_before(const std::pair<float, token_id> & a, const std::pair<float, token_id> & b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+
+}  // namespace
+
+void top_candidates(std::span<const float> logits, size_t k, std::vector<std::pair<float, token_id>> & out) {
+    out.clear();
+    out.reserve(k);
+    for (size_t i = 0; i < k; ++i) out.emplace_back(logits[i], static_cast<token_id>(i));
+    // A heap of the best k so far whose top is the worst of them; a later token has a
+    // higher id than all of them, so it replaces the worst only with a higher logit.
+    std::make_heap(out.begin(), out.end(), ranks_before);
+    for (size_t i = k; i < logits.size(); ++i) {
+        if (!(logits[i] > out.front().first)) continue;
+        std::pop_heap(out.begin(), out.end(), ranks_before);
+        out.back() = {logits[i], static_cast<token_id>(i)};
+        std::push_heap(out.begin(), out.end(), ranks_before);
+    }
+    std::sort(out.begin(), out.end(), ranks_before);
+}
+
 token_id sampler::pick(std::span<const float> logits) {
     const int64_t n_vocab = static_cast<int64_t>(logits.size());
     if (config_.greedy()) {
@@ -148,16 +173,15 @@ token_id sampler::pick(std::span<const float> logits) {
     }
 
     // Candidates sorted by logit, descending; ties by id for determinism.
-    candidates_.clear();
-    candidates_.reserve(static_cast<size_t>(n_vocab));
-    for (int64_t i = 0; i < n_vocab; ++i) candidates_.emplace_back(logits[static_cast<size_t>(i)], static_cast<token_id>(i));
-    auto by_logit = [](const auto & a, const auto & b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-    size_t n = candidates_.size();
+    size_t n = static_cast<size_t>(n_vocab);
     if (config_.top_k > 0 && static_cast<size_t>(config_.top_k) < n) {
         n = static_cast<size_t>(config_.top_k);
-        std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(n), candidates_.end(), by_logit);
+        top_candidates(logits, n, candidates_);
     } else {
-        std::sort(candidates_.begin(), candidates_.end(), by_logit);
+        candidates_.clear();
+        candidates_.reserve(n);
+        for (int64_t i = 0; i < n_vocab; ++i) candidates_.emplace_back(logits[static_cast<size_t>(i)], static_cast<token_id>(i));
+        std::sort(candidates_.begin(), candidates_.end(), ranks_before);
     }
 
     // Probabilities (before temperature, as in llama.cpp's top-p/min-p stages).

@@ -67,6 +67,12 @@ struct token_logprobs {
 // PROMISES: out.top holds min(n_top, finite logits) entries, out.top[0] is an argmax.
 void compute_logprobs(std::span<const float> logits, token_id sampled, int32_t n_top, token_logprobs & out);
 
+// The k most likely tokens as (logit, id), best first: by logit descending, ties by id
+// ascending, i.e. the first k of the whole vocabulary sorted that way (the order top-k
+// sampling draws from). One comparison per logit once k are held, so a 151k-token
+// vocabulary costs a scan, not a sort. REQUIRES: 0 < k <= logits.size(), no NaN.
+void top_candidates(std::span<const float> logits, size_t k, std::vector<std::pair<float, token_id>> & out);
+
 struct sampling_config {
     float    temperature = 0.8f;   // <= 0: greedy
     int32_t  top_k = 40;           // <= 0: off

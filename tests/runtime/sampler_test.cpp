@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iterator>
+#include <limits>
 #include <map>
+#include <random>
 
 namespace skippy {
 namespace {
@@ -153,6 +156,38 @@ TEST(sampler, HistoryReplacesTheWindowWithTheSequenceTail) {
     s.set_history(seq);
     std::vector<float> l = {3.0f, 2.0f, 0.0f};  // token 1 penalized to 0.5; token 0 no longer is
     EXPECT_EQ(s.sample(l), 0);
+}
+
+}  // namespace
+}  // namespace skippy
+
+namespace skippy {
+namespace {
+
+// top_candidates is the first k of the whole vocabulary sorted by (logit descending, id
+// ascending), on logits full of ties (a few distinct values, -0 and +0, -infinity as a
+// grammar mask leaves them), for k from 1 to the vocabulary size.
+TEST(top_candidates, AreTheFirstKOfTheFullSortOrderWithTiesByLowerId) {
+    std::mt19937 rng(11);
+    const float levels[] = {-std::numeric_limits<float>::infinity(), -2.0f, -0.0f, 0.0f, 0.5f, 3.0f, 3.0f};
+    std::vector<std::pair<float, token_id>> got;
+    for (int trial = 0; trial < 300; ++trial) {
+        const size_t n_vocab = 1 + rng() % 400;
+        std::vector<float> logits(n_vocab);
+        for (auto & l : logits) l = trial % 3 == 0 ? std::uniform_real_distribution<float>(-5, 5)(rng) : levels[rng() % std::size(levels)];
+        std::vector<std::pair<float, token_id>> all;
+        for (size_t i = 0; i < n_vocab; ++i) all.emplace_back(logits[i], static_cast<token_id>(i));
+        std::sort(all.begin(), all.end(), [](const auto & a, const auto & b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+        for (size_t k : {size_t{1}, size_t{2}, size_t{40}, n_vocab / 2 + 1, n_vocab}) {
+            if (k > n_vocab) continue;
+            top_candidates(logits, k, got);
+            ASSERT_EQ(got.size(), k);
+            for (size_t i = 0; i < k; ++i) {
+                ASSERT_EQ(got[i].second, all[i].second) << "trial " << trial << ", k " << k << ", rank " << i;
+                ASSERT_EQ(std::signbit(got[i].first), std::signbit(all[i].first));
+            }
+        }
+    }
 }
 
 }  // namespace

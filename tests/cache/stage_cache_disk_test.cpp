@@ -53,9 +53,9 @@ struct disk_cache_fixture : ::testing::Test {
         return c;
     }
     // A fresh process: new pool, new cache over the same directory.
-    void start(const stage_cache_config & c) {
+    void start(const stage_cache_config & c, int32_t n_blocks = 32) {
         cache.reset();
-        backend = std::make_unique<fake_kv_backend>(32, 4, 3);
+        backend = std::make_unique<fake_kv_backend>(n_blocks, 4, 3);
         auto made = stage_cache::create(*backend, c, sink);
         ASSERT_TRUE(made.is_ok()) << made.error().to_string();
         cache = std::move(made).value();
@@ -222,7 +222,12 @@ TEST_F(disk_cache_fixture, LanesRestoreWhileTheWorkerWritesAndEvicts) {
     c.disk_max_bytes = 6000;
     c.max_entries = 0;
     c.exact_max_bytes = 0;
-    start(c);
+    // Room made for one lane's write is not reserved: the other lane's import may take
+    // it before the write. So the pool holds the worst case at once — every waiting
+    // record and the one being written (4 blocks each), both sessions with a
+    // copy-on-write block — and no interleaving can exhaust it.
+    const int32_t worst_case_blocks = (c.max_pending_records + 1) * 4 + 2 * (4 + 1);
+    start(c, worst_case_blocks + 4);
     auto lane = [this](int32_t session) {
         for (int i = 0; i < 40; ++i) {
             // Prompts of a few families sharing their first 8 tokens.

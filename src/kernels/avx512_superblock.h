@@ -104,7 +104,7 @@ struct min_decode_x {
 template <int NT>
 [[gnu::always_inline]] inline void min_row_sums(const __m512i c[4], const __m512i mult[4], __m256i m, const min_decode_x * xd,
                                                 __m512i * out) {
-    #pragma GCC unroll 3
+    #pragma GCC unroll 4
     for (int i = 0; i < NT; ++i) {
         out[i] = isum_imin(scaled_products(_mm512_setzero_si512(), c, mult, xd[i].q), _mm256_madd_epi16(xd[i].bsums, m));
     }
@@ -121,7 +121,7 @@ struct bias_decode_x {
 template <int NT>
 [[gnu::always_inline]] inline void bias_row_sums(const __m512i c[4], const __m512i mult[4], __m512i bias_w, const bias_decode_x * xd,
                                                  __m512i * out) {
-    #pragma GCC unroll 3
+    #pragma GCC unroll 4
     for (int i = 0; i < NT; ++i) out[i] = scaled_products(_mm512_dpwssd_epi32(_mm512_setzero_si512(), xd[i].bias, bias_w), c, mult, xd[i].q);
 }
 
@@ -317,12 +317,12 @@ struct superblock_kernel {
     template <int NT>
         requires requires { typename W::decode_x; }
     static void rows16(const row_group & rows, const uint8_t * const x[NT], int64_t nb, const uint8_t * next, __m512 acc[NT]) {
-        #pragma GCC unroll 3
+        #pragma GCC unroll 4
         for (int i = 0; i < NT; ++i) acc[i] = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
             if (next != nullptr) prefetch_span(next + b * 16 * wbb, 16 * wbb);
             typename W::decode_x xd[NT];
-            #pragma GCC unroll 3
+            #pragma GCC unroll 4
             for (int i = 0; i < NT; ++i) W::x_decode(x[i] + b * xbb, xd[i]);
             const int64_t off = b * static_cast<int64_t>(wbb);
             dword_collector16 scale;
@@ -335,21 +335,21 @@ struct superblock_kernel {
                     __m512i o0[NT], o1[NT];
                     W::template row_decode<NT>(p0, xd, o0);
                     W::template row_decode<NT>(p1, xd, o1);
-                    #pragma GCC unroll 3
+                    #pragma GCC unroll 4
                     for (int i = 0; i < NT; ++i) red[i].add_pair(k, o0[i], o1[i]);
                 },
                 [&](int h, int q) __attribute__((always_inline)) {
                     scale.add_quad(2 * h + q);
-                    #pragma GCC unroll 3
+                    #pragma GCC unroll 4
                     for (int i = 0; i < NT; ++i) red[i].add_quad(q);
                 },
                 [&](int h) __attribute__((always_inline)) {
-                    #pragma GCC unroll 3
+                    #pragma GCC unroll 4
                     for (int i = 0; i < NT; ++i) halves[i][h] = red[i].half();
                 });
             __m512 dw, dmin;
             W::scales16(scale.vec(), dw, dmin);
-            #pragma GCC unroll 3
+            #pragma GCC unroll 4
             for (int i = 0; i < NT; ++i) {
                 __m512i lo, hi;
                 reduce16_pairs::finish(halves[i][0], halves[i][1], lo, hi);

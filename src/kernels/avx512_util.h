@@ -282,7 +282,7 @@ void run_groups(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uin
     }
 }
 
-// Decode: the 1 to 3 tokens a prefill tile leaves (decode is one token, a batched
+// Decode: the 1 to 4 tokens a prefill tile leaves (decode is one token, a batched
 // decode step a few) in 512-bit vectors, one weight row per int32 lane at the end.
 //
 // K provides rows16<NT>(rows, x, nb, next, acc): the outputs of the 16 weight rows
@@ -295,7 +295,7 @@ void run_groups(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uin
 // that do not fill a group of 16 go to K::rest (the AVX2 tile; the matmul shares rows
 // out in multiples of 16, so only odd shapes have them).
 constexpr int64_t k_decode_rows = 16;
-constexpr int64_t k_decode_max_tokens = 3;
+constexpr int64_t k_decode_max_tokens = 4;
 
 template <typename K>
 constexpr bool k_has_rows16 = requires { &K::template rows16<1>; };
@@ -371,7 +371,7 @@ template <typename K, int NT>
                                                   int64_t r0, float * y, int64_t y_stride) {
     __m512 acc[NT];
     K::template rows16<NT>(rows, x, nb, next, acc);
-    #pragma GCC unroll 3
+    #pragma GCC unroll 4
     for (int i = 0; i < NT; ++i) _mm512_storeu_ps(y + i * y_stride + r0, acc[i]);
 }
 
@@ -386,8 +386,11 @@ void decode_tile(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const ui
     for (; r0 + k_decode_rows <= n_rows; r0 += k_decode_rows) {
         const row_group rows(w + static_cast<size_t>(r0) * w_row_bytes, static_cast<int64_t>(w_row_bytes));
         const uint8_t * next = r0 + 2 * k_decode_rows <= n_rows ? w + static_cast<size_t>(r0 + k_decode_rows) * w_row_bytes : nullptr;
-        for (int64_t t = 0; t < n_tokens; t += k_decode_max_tokens) {
-            const int64_t m = n_tokens - t < k_decode_max_tokens ? n_tokens - t : k_decode_max_tokens;
+        // Groups as even as possible (6 tokens: 3 + 3, not 4 + 2): a group of one or two
+        // tokens leaves the unpacking of each block to too few dot products.
+        const int64_t n_groups = (n_tokens + k_decode_max_tokens - 1) / k_decode_max_tokens;
+        for (int64_t g = 0, t = 0; g < n_groups; ++g) {
+            const int64_t m = n_tokens / n_groups + (g < n_tokens % n_groups ? 1 : 0);
             const uint8_t * x[k_decode_max_tokens];
             for (int64_t i = 0; i < k_decode_max_tokens; ++i) x[i] = xq + static_cast<size_t>(t + (i < m ? i : 0)) * xq_row_bytes;
             float * yt = y + t * y_stride;
@@ -397,9 +400,12 @@ void decode_tile(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const ui
                 decode_group16<K, 1>(rows, fetch, x, nb, r0, yt, y_stride);
             } else if (m == 2) {
                 decode_group16<K, 2>(rows, fetch, x, nb, r0, yt, y_stride);
-            } else {
+            } else if (m == 3) {
                 decode_group16<K, 3>(rows, fetch, x, nb, r0, yt, y_stride);
+            } else {
+                decode_group16<K, 4>(rows, fetch, x, nb, r0, yt, y_stride);
             }
+            t += m;
         }
     }
     if (r0 < n_rows) {

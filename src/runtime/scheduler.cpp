@@ -88,8 +88,10 @@ void lane_scheduler::learn_step_cost(size_t n_decodes, int64_t n_prompt_tokens, 
     if (options_.decode_step_time_factor <= 0 || n_decodes == 0) return;
     if (n_prompt_tokens == 0) {
         decode_only_step_s_ = decode_only_step_s_ > 0 ? 0.8 * decode_only_step_s_ + 0.2 * seconds : seconds;
+        mixed_steps_since_decode_only_ = 0;
         return;
     }
+    ++mixed_steps_since_decode_only_;
     if (decode_only_step_s_ <= 0) return;
     // The prompt's share of this step, per token, predicts the next chunk's (it sits
     // a chunk further on, so a little dearer); aim the next step at the budget. The
@@ -170,6 +172,10 @@ std::vector<step_item> lane_scheduler::form_step(sched_clock::time_point & wait_
         left = std::max<int64_t>(options_.step_tokens - static_cast<int64_t>(n_take), (options_.step_tokens + 3) / 4);
         if (options_.decode_step_time_factor > 0 && decode_only_step_s_ > 0) {
             left = std::min<int64_t>(left, std::max<int64_t>(1, static_cast<int64_t>(prompt_budget_tokens_)));
+            if (n_take > 0 && options_.decode_only_refresh_steps > 0 &&
+                mixed_steps_since_decode_only_ >= options_.decode_only_refresh_steps) {
+                left = 0;  // a decode-only step, to re-measure it
+            }
         }
     }
     for (size_t i : prefills) {

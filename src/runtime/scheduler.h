@@ -8,8 +8,9 @@
 //     long prompt is prefilled in chunks beside the running streams instead of
 //     stalling them for its whole length; a lone prompt takes its full chunk size;
 //   - the prompt tokens of a step with decodes are also held to a time budget (a
-//     multiple of a decode-only step, learnt from the steps that ran), since a chunk's
-//     cost grows with its position;
+//     multiple of a decode-only step, learnt from the steps that ran and re-measured
+//     every few steps, since the decoding lanes' contexts grow), since a chunk's cost
+//     grows with its position;
 //   - no lane waits for a full batch: a step runs with what is ready, except that it
 //     waits a moment (`gather`) for the lanes of the previous step, whose tokens arrive
 //     together, so steps keep their size instead of splitting (and a prompt chunk does
@@ -47,6 +48,11 @@ struct scheduler_options {
     // inter-token latency stays near that factor while a long prompt is prefilled
     // (a prompt chunk's cost grows with its position, through attention). 0: tokens only.
     double decode_step_time_factor = 2.0;
+    // After this many steps with both decodes and prompt tokens, one step runs the
+    // decodes alone, so that the decode-only time the budget is measured against
+    // follows the lanes' contexts as they grow (stale, it would starve the prompt:
+    // every step's growth would be charged to its prompt tokens). 0: never.
+    int32_t decode_only_refresh_steps = 8;
 };
 
 // What the scheduler saw of one step, for metrics.
@@ -122,6 +128,7 @@ private:
     // none seen yet) and the prompt tokens a step with decodes may take.
     double                   decode_only_step_s_ = 0.0;
     double                   prompt_budget_tokens_ = 0.0;
+    int32_t                  mixed_steps_since_decode_only_ = 0;
     std::chrono::steady_clock::time_point last_step_end_{};
     bool                     stopping_ = false;
     std::thread              thread_;

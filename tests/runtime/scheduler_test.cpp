@@ -96,6 +96,74 @@ TEST(lane_scheduler, LongPromptBesideDecodingLanesIsChunkedToTheTimeBudget) {
     EXPECT_LE(prompt_only, 3) << "prompt chunks wait for the lanes that just decoded";
 }
 
+// The decoding lanes' own steps get dearer while the prompt runs (their contexts grow;
+// here a decode-only step goes from 4 ms to 16 ms when the prompt arrives): the
+// scheduler re-measures a decode-only step every few mixed steps, so the prompt's
+// chunks follow the new budget (2 x 16 ms, about 16 tokens at 1 ms each) instead of
+// charging the growth to the prompt and shrinking it to one token a step.
+TEST(lane_scheduler, TheBudgetFollowsDecodeStepsThatGetDearer) {
+    std::atomic<int> decode_ms{4};
+    std::mutex m;
+    std::vector<step_record> steps;
+    scheduler_options o;
+    o.step_tokens = 64;
+    o.gather = std::chrono::milliseconds(50);
+    o.decode_step_time_factor = 2.0;
+    o.decode_only_refresh_steps = 4;
+    lane_scheduler sched(3, o, [&](std::span<step_item> items) {
+        step_record r;
+        for (step_item & it : items) {
+            if (it.kind == step_kind::decode) {
+                ++r.n_decodes;
+                it.sampled = 1;
+            } else {
+                r.n_prompt += static_cast<int64_t>(it.tokens.size());
+            }
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(decode_ms.load() + r.n_prompt));
+        std::lock_guard<std::mutex> lock(m);
+        steps.push_back(r);
+    });
+    std::atomic<bool> prompt_done{false};
+    std::vector<std::thread> decoders;
+    for (int32_t lane = 0; lane < 2; ++lane) {
+        decoders.emplace_back([&, lane] {
+            int64_t pos = 0;
+            while (!prompt_done.load() || pos < 30) {
+                ASSERT_TRUE(sched.decode(lane, pos, 1).is_ok());
+                ++pos;
+            }
+            sched.end(lane);
+        });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    decode_ms = 16;
+    std::vector<token_id> prompt(300, 7);
+    ASSERT_TRUE(sched.prefill(2, 0, prompt, 512).is_ok());
+    prompt_done.store(true);
+    for (auto & t : decoders) t.join();
+    sched.stop();
+
+    std::vector<int64_t> mixed_chunks;
+    int decode_only_during_prompt = 0;
+    bool prompt_seen = false;
+    int64_t prompt_total = 0;
+    std::lock_guard<std::mutex> lock(m);
+    for (const step_record & r : steps) {
+        prompt_total += r.n_prompt;
+        if (r.n_prompt > 0) prompt_seen = true;
+        if (r.n_prompt > 0 && r.n_decodes > 0) mixed_chunks.push_back(r.n_prompt);
+        if (prompt_seen && prompt_total < 300 && r.n_prompt == 0 && r.n_decodes > 0) ++decode_only_during_prompt;
+    }
+    EXPECT_EQ(prompt_total, 300);
+    EXPECT_GE(decode_only_during_prompt, 1) << "decode-only steps are re-measured while the prompt runs";
+    ASSERT_GE(mixed_chunks.size(), 4u);
+    std::sort(mixed_chunks.begin(), mixed_chunks.end());
+    // With the stale 4 ms figure a 1-token chunk looks like 13 ms a token and the
+    // chunks stay at 1; re-measured, they grow towards 16.
+    EXPECT_GE(mixed_chunks[mixed_chunks.size() / 2], 6) << "the chunk follows the re-measured budget";
+}
+
 // Six lanes start decoding, two more while the first step runs: the first steps are
 // split, but the groups merge (a step waits a moment for the lanes of the step that
 // just ended) instead of alternating between six and two lanes for good.

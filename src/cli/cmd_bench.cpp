@@ -62,10 +62,12 @@ std::vector<token_id> bench_prompt(int32_t n, uint32_t seed, int32_t n_vocab) {
     return prompt;
 }
 
-// One stream: when it started and when each of its tokens arrived.
+// One stream: when it started and when each of its tokens arrived (for a stream of
+// several requests, request_starts holds the index of each request's first token).
 struct stream_run {
     bench_clock::time_point              start;
     std::vector<bench_clock::time_point> tokens;
+    std::vector<size_t>                  request_starts;
     double first_ms() const { return tokens.empty() ? 0 : 1000.0 * seconds_between(start, tokens.front()); }
     double decode_tps() const {
         return tokens.size() < 2 ? 0 : static_cast<double>(tokens.size() - 1) / seconds_between(tokens.front(), tokens.back());
@@ -77,10 +79,10 @@ struct stream_run {
     }
 };
 
-// Streams on lanes [0, prompts.size()) at once, each generating gen_tokens (or until
-// keep_going says stop). Greedy, so every run computes the same tokens.
+// Streams on lanes [0, prompts.size()) at once, each generating gen_tokens. Greedy, so
+// every run computes the same tokens.
 result<std::vector<stream_run>> run_streams(pipeline_i & p, const std::vector<std::vector<token_id>> & prompts, int32_t gen_tokens,
-                                            int32_t chunk, const std::function<bool(size_t)> & keep_going = {}) {
+                                            int32_t chunk) {
     std::vector<stream_run> runs(prompts.size());
     std::vector<status> errors(prompts.size());
     std::vector<std::thread> threads;
@@ -93,11 +95,48 @@ result<std::vector<stream_run>> run_streams(pipeline_i & p, const std::vector<st
             req.sampling.temperature = 0;
             req.on_token = [&, i](token_id) {
                 runs[i].tokens.push_back(bench_clock::now());
-                return !keep_going || keep_going(i);
+                return true;
             };
             runs[i].start = bench_clock::now();
             auto res = run_generation(p, static_cast<int32_t>(i), req);
             if (!res.is_ok()) errors[i] = res.error();
+        });
+    }
+    for (auto & t : threads) t.join();
+    for (const auto & e : errors) SKIPPY_TRY(e);
+    return runs;
+}
+
+// Streams on lanes [0, prompts.size()) that each run requests of gen_tokens one after
+// another (prompt i again, greedy) until keep_going says stop: running streams whose
+// contexts stay in the range of one request, as a server's chats do.
+result<std::vector<stream_run>> run_stream_loops(pipeline_i & p, const std::vector<std::vector<token_id>> & prompts, int32_t gen_tokens,
+                                                 int32_t chunk, const std::function<bool(size_t)> & keep_going) {
+    std::vector<stream_run> runs(prompts.size());
+    std::vector<status> errors(prompts.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        threads.emplace_back([&, i] {
+            runs[i].start = bench_clock::now();
+            bool more = true;
+            while (more) {
+                generation_request req;
+                req.prompt = prompts[i];
+                req.max_tokens = gen_tokens;
+                req.prefill_chunk_tokens = chunk;
+                req.sampling.temperature = 0;
+                req.on_token = [&, i](token_id) {
+                    runs[i].tokens.push_back(bench_clock::now());
+                    more = keep_going(i);
+                    return more;
+                };
+                runs[i].request_starts.push_back(runs[i].tokens.size());
+                auto res = run_generation(p, static_cast<int32_t>(i), req);
+                if (!res.is_ok()) {
+                    errors[i] = res.error();
+                    return;
+                }
+            }
         });
     }
     for (auto & t : threads) t.join();
@@ -359,8 +398,11 @@ int run_concurrent(const bench_options & o) {
             long_done = true;
             if (!res.is_ok()) SKIPPY_LOG_WARN("the long prompt failed: %s", res.error().to_string().c_str());
         });
-        const int32_t stream_tokens = rf.ctx_size - o.prompt_tokens - 1;
-        const auto busy = run_streams(pipeline, prompts, stream_tokens, o.batch_size, [&](size_t i) {
+        // The streams run requests like the quiet ones (gen_tokens each) one after
+        // another, so that their own contexts stay in the same range: a stream whose
+        // context grew by thousands of tokens during the long prompt would be slower
+        // without it too.
+        const auto busy = run_stream_loops(pipeline, prompts, o.gen_tokens, o.batch_size, [&](size_t i) {
             if (++produced[i] == 4) {
                 {
                     std::lock_guard<std::mutex> lock(m);
@@ -380,6 +422,8 @@ int run_concurrent(const bench_options & o) {
         std::vector<double> busy_gaps;
         for (const auto & s : *busy) {
             for (size_t i = 1; i < s.tokens.size(); ++i) {
+                // Between requests is a first token, not an inter-token gap.
+                if (std::find(s.request_starts.begin(), s.request_starts.end(), i) != s.request_starts.end()) continue;
                 if (s.tokens[i] > long_start && s.tokens[i - 1] < long_first) busy_gaps.push_back(1000.0 * seconds_between(s.tokens[i - 1], s.tokens[i]));
             }
         }

@@ -329,6 +329,28 @@ TEST_F(cli, BenchJsonHasExactlyTheDocumentedKeys) {
     }
 }
 
+// bench --concurrency N --fairness-prompt-tokens T: the concurrent figures and the
+// inter-token latency of the running streams while a long prompt is prefilled.
+TEST_F(cli, BenchConcurrencyReportsAggregateAndFairness) {
+    auto r = skippy({"bench", "-m", model_, "--prompt-tokens", "8", "--gen-tokens", "4", "--repeat", "1", "-t", "1", "--concurrency",
+                     "2", "--fairness-prompt-tokens", "200", "--json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["concurrency"], 2);
+    for (const char * k : {"single_decode_tokens_per_s", "aggregate_decode_tokens_per_s", "aggregate_over_single",
+                           "aggregate_over_prefill", "prefill_tokens_per_s"}) {
+        EXPECT_TRUE(j[k].is_number()) << k << ": " << r.out;
+    }
+    ASSERT_EQ(j["streams"].size(), 2u) << r.out;
+    const auto & f = j["fairness"];
+    EXPECT_EQ(f["long_prompt_tokens"], 200);
+    EXPECT_GT(f["long_prompt_ms"].get<double>(), 0.0);
+    EXPECT_GT(f["itl_median_ms_without"].get<double>(), 0.0);
+    EXPECT_GE(f["itl_p99_ms_during"].get<double>(), f["itl_median_ms_during"].get<double>());
+    EXPECT_GT(f["p99_during_over_median_without"].get<double>(), 0.0);
+    EXPECT_GT(f["itl_samples_during"].get<int64_t>(), 0) << r.out;
+}
+
 // The plan tiles [0, n_layer), names ports base + i, and carries an absolute model
 // path, so a plan saved in another folder still finds the model.
 TEST_F(cli, SplitPlanTilesTheLayersWithAnAbsoluteModelPath) {

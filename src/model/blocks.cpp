@@ -180,10 +180,16 @@ void attend_online(const head_group & h) {
             const float new_max = std::max(running_max[static_cast<size_t>(g)], block_max);
             float correction = 0.0f;  // exp(-inf) = 0 on the first block
             kernels::exp_shifted(&running_max[static_cast<size_t>(g)], new_max, &correction, 1);
-            running_sum[static_cast<size_t>(g)] *= correction;
-            for (int32_t i = 0; i < h.hd; ++i) ag[i] *= correction;
+            // In locals: through the vectors, every step would wait on a store and a
+            // load. Once the maximum settles the correction is 1, and x * 1 == x.
+            const float c = correction;
+            float sum = running_sum[static_cast<size_t>(g)] * c;
+            if (c != 1.0f) {
+                for (int32_t i = 0; i < h.hd; ++i) ag[i] *= c;
+            }
             kernels::exp_shifted(sg, new_max, sg, n_keys);  // the keys' weights w_j
-            for (int32_t j = 0; j < n_keys; ++j) running_sum[static_cast<size_t>(g)] += sg[j];
+            for (int32_t j = 0; j < n_keys; ++j) sum += sg[j];
+            running_sum[static_cast<size_t>(g)] = sum;
             // acc[i] = acc[i] + w_j * v_j[i] for j in order
             kernels::add_scaled_rows(h.kv_type, sg, vbase, h.row_bytes_kv, n_keys, ag, h.hd);
             running_max[static_cast<size_t>(g)] = new_max;

@@ -3,10 +3,17 @@
 //
 // add_scaled is element-wise (y[i] = y[i] + a[r] * row_r[i], rows in order, each
 // product rounded, then each sum), so 16 elements per vector change nothing in any
-// element's operations. The F32/F16/BF16 dot products stay on AVX2: the reference's
-// eight partial sums (element i in lane i % 8) make one output eight lanes wide, and
-// two outputs per zmm (one row against two tokens) measured slower than AVX2 on
-// attention's short rows (BM_dot_rows_f16: 265 vs 209 ns).
+// element's operations.
+//
+// F16 products (mul_tile_f16: attention's scores over an f16 KV cache, F16 weights):
+// the reference's eight partial sums (element i in lane i % 8) make one output eight
+// lanes wide, so a vector holds two outputs — two rows against one token, the token's
+// eight values broadcast to both halves — and a tile of 8 rows x 4 tokens keeps 16
+// such vectors. The 16 outputs of 8 vectors are then combined together by shuffles in
+// the reference's order ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), instead
+// of one horizontal sum each. (An earlier try, two tokens against one row per vector
+// with one horizontal sum per output, measured slower than AVX2.) F32 and BF16
+// products stay on AVX2.
 #include "kernels/avx512_kernels.h"
 #include "kernels/avx512_util.h"
 
@@ -61,6 +68,100 @@ void add_scaled(const float * a, const uint8_t * rows, size_t row_stride_bytes, 
     }
 }
 
+// Rows a and b's 8 f16 values at a and b, widened: row a in lanes 0-7, b in 8-15.
+inline __m512 f16_row_pair(const uint8_t * a, const uint8_t * b) {
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(loadu_128(a)), loadu_128(b), 1));
+}
+// The same for the last m < 8 values (the others read as 0; nothing past them is read).
+inline __m512 f16_row_pair_tail(const uint8_t * a, const uint8_t * b, __mmask8 m) {
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_maskz_loadu_epi16(m, a)), _mm_maskz_loadu_epi16(m, b), 1));
+}
+// A token's 8 f16 values in both halves.
+inline __m512 f16_token(__m128i h) { return _mm512_cvtph_ps(_mm256_broadcastsi128_si256(h)); }
+
+constexpr int64_t k_f16_tile_rows = 8;
+constexpr int64_t k_f16_tile_tokens = 4;
+
+// Rows [0, n_rows) (n_rows <= 8) x T tokens. Rows past n_rows repeat the last row (its
+// outputs are not stored), so the loop has one shape.
+template <int T>
+void f16_tile(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * x, size_t x_row_bytes, int64_t n, float * y,
+              int64_t y_stride) {
+    const uint8_t * row[k_f16_tile_rows];
+    for (int64_t r = 0; r < k_f16_tile_rows; ++r) row[r] = w + static_cast<size_t>(r < n_rows ? r : n_rows - 1) * w_row_bytes;
+    // acc[p][t]: rows 2p (lanes 0-7) and 2p + 1 (lanes 8-15) against token t.
+    __m512 acc[4][T];
+    #pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) {
+        #pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) acc[p][t] = _mm512_setzero_ps();
+    }
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const size_t off = static_cast<size_t>(i) * 2;
+        __m512 xv[T];
+        #pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) xv[t] = f16_token(loadu_128(x + t * x_row_bytes + off));
+        #pragma GCC unroll 4
+        for (int p = 0; p < 4; ++p) {
+            const __m512 wv = f16_row_pair(row[2 * p] + off, row[2 * p + 1] + off);
+            #pragma GCC unroll 4
+            for (int t = 0; t < T; ++t) acc[p][t] = _mm512_add_ps(acc[p][t], _mm512_mul_ps(wv, xv[t]));
+        }
+    }
+    if (i < n) {
+        // The last n % 8 values go to lanes 0 .. n % 8 - 1 of each half, as in the
+        // reference; the other lanes keep their value exactly (a masked add, not an add
+        // of zero, which would turn -0 into +0).
+        const size_t off = static_cast<size_t>(i) * 2;
+        const __mmask8 m = static_cast<__mmask8>((1u << (n - i)) - 1u);
+        const __mmask16 keep = static_cast<__mmask16>(m | (static_cast<unsigned>(m) << 8));
+        __m512 xv[T];
+        #pragma GCC unroll 4
+        for (int t = 0; t < T; ++t) xv[t] = f16_token(_mm_maskz_loadu_epi16(m, x + t * x_row_bytes + off));
+        #pragma GCC unroll 4
+        for (int p = 0; p < 4; ++p) {
+            const __m512 wv = f16_row_pair_tail(row[2 * p] + off, row[2 * p + 1] + off, m);
+            #pragma GCC unroll 4
+            for (int t = 0; t < T; ++t) acc[p][t] = _mm512_mask_add_ps(acc[p][t], keep, acc[p][t], _mm512_mul_ps(wv, xv[t]));
+        }
+    }
+    // Lanes l0..l7 of each output to one value, 16 outputs at a time. Tokens past T
+    // enter as zeros and are not stored.
+    const __m512 zero = _mm512_setzero_ps();
+    #pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+        // s1[t], 128-bit lane k: row 4h + k's (l0 + l4, l1 + l5, l2 + l6, l3 + l7).
+        __m512 s1[4];
+        #pragma GCC unroll 4
+        for (int t = 0; t < 4; ++t) {
+            const __m512 a = t < T ? acc[2 * h][t < T ? t : 0] : zero;
+            const __m512 b = t < T ? acc[2 * h + 1][t < T ? t : 0] : zero;
+            s1[t] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xdd));
+        }
+        // s2[u], lane k: row 4h + k's (l0 + l4) + (l2 + l6) and (l1 + l5) + (l3 + l7) for
+        // tokens 2u, then 2u + 1.
+        __m512 s2[2];
+        #pragma GCC unroll 2
+        for (int u = 0; u < 2; ++u) {
+            const __m512 c = s1[2 * u], d = s1[2 * u + 1];
+            s2[u] = _mm512_add_ps(_mm512_shuffle_ps(c, d, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
+        }
+        // Lane 4k + t: row 4h + k against token t.
+        const __m512 out = _mm512_add_ps(_mm512_shuffle_ps(s2[0], s2[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                         _mm512_shuffle_ps(s2[0], s2[1], _MM_SHUFFLE(3, 1, 3, 1)));
+        alignas(64) float lanes[16];
+        _mm512_store_ps(lanes, out);
+        #pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+            const int64_t r = 4 * h + k;
+            if (r >= n_rows) break;
+            #pragma GCC unroll 4
+            for (int t = 0; t < T; ++t) y[t * y_stride + r] = lanes[4 * k + t];
+        }
+    }
+}
+
 }  // namespace
 
 // F16C rounds to nearest even and keeps NaN payloads as base/fp16.h's f32_to_f16 does
@@ -87,6 +188,24 @@ void add_scaled_f32(const float * a, const uint8_t * rows, size_t row_stride_byt
 
 void add_scaled_f16(const float * a, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows, float * y, int64_t n) {
     add_scaled<f16_elems>(a, rows, row_stride_bytes, n_rows, y, n);
+}
+
+void mul_tile_f16(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
+                  int64_t n_tokens, int64_t n, float * y, int64_t y_stride) {
+    for (int64_t r = 0; r < n_rows; r += k_f16_tile_rows) {
+        const int64_t rc = n_rows - r < k_f16_tile_rows ? n_rows - r : k_f16_tile_rows;
+        const uint8_t * wr = w + static_cast<size_t>(r) * w_row_bytes;
+        for (int64_t t = 0; t < n_tokens; t += k_f16_tile_tokens) {
+            const uint8_t * xt = xq + static_cast<size_t>(t) * xq_row_bytes;
+            float * yt = y + t * y_stride + r;
+            switch (n_tokens - t < k_f16_tile_tokens ? n_tokens - t : k_f16_tile_tokens) {
+                case 4: f16_tile<4>(wr, w_row_bytes, rc, xt, xq_row_bytes, n, yt, y_stride); break;
+                case 3: f16_tile<3>(wr, w_row_bytes, rc, xt, xq_row_bytes, n, yt, y_stride); break;
+                case 2: f16_tile<2>(wr, w_row_bytes, rc, xt, xq_row_bytes, n, yt, y_stride); break;
+                default: f16_tile<1>(wr, w_row_bytes, rc, xt, xq_row_bytes, n, yt, y_stride); break;
+            }
+        }
+    }
 }
 
 }  // namespace skippy::kernels::avx512

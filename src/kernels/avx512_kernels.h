@@ -11,11 +11,13 @@
 
 namespace skippy::kernels::avx512 {
 
-// F32 and F16 add_scaled, the F16 encoder (avx512_float.cpp; their products stay on
-// AVX2).
+// F32 and F16 add_scaled, the F16 encoder and F16's products (avx512_float.cpp; the
+// products of F32 and BF16 stay on AVX2).
 void from_float_f16(const float * src, uint8_t * dst, int64_t n);
 void add_scaled_f32(const float * a, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows, float * y, int64_t n);
 void add_scaled_f16(const float * a, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows, float * y, int64_t n);
+void mul_tile_f16(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
+                  int64_t n_tokens, int64_t n, float * y, int64_t y_stride);
 
 // exp_shifted and swiglu of kernels.h (avx512_math.cpp).
 void exp_shifted(const float * x, float shift, float * y, int64_t n);

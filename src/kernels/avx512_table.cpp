@@ -15,9 +15,9 @@ type_kernels * find(type_kernels * entries, size_t n, tensor_type t) {
 }  // namespace
 
 // Weight products (vec_dot and mul_tile) of the quantized types, the activation
-// encoders (and F16's weight encoder, a plain conversion), and add_scaled of F32 and
-// F16. The products of F32, F16 and BF16 stay on
-// AVX2 (see avx512_float.cpp), as do the conversions off the hot paths.
+// encoders (and F16's weight encoder, a plain conversion), add_scaled of F32 and F16,
+// and F16's mul_tile. F16's vec_dot and the products of F32 and BF16 stay on AVX2
+// (see avx512_float.cpp), as do the conversions off the hot paths.
 void install_kernels(type_kernels * entries, size_t n) {
     struct product {
         tensor_type type;
@@ -59,6 +59,7 @@ void install_kernels(type_kernels * entries, size_t n) {
     if (type_kernels * k = find(entries, n, tensor_type::f32)) k->add_scaled = add_scaled_f32;
     if (type_kernels * k = find(entries, n, tensor_type::f16)) {
         k->add_scaled = add_scaled_f16;
+        k->mul_tile = mul_tile_f16;
         // Also quantize_row's: the KV cache stores keys and values through it, per token.
         k->from_float = from_float_f16;
         k->from_float_activation = from_float_f16;

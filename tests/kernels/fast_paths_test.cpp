@@ -454,6 +454,49 @@ TEST_P(path_only, DotRowsAndAddScaledRowsEqualTheScalarReference) {
     }
 }
 
+// The plain types' tiles (attention's scores: keys against a few query heads) for
+// every row length with a tail, tiles of 1 to 9 rows and 1 to 8 tokens (the AVX-512
+// F16 tile takes 8 rows x 4 tokens, two rows per vector), on random values and on rows
+// full of signed zeros, infinities, subnormals and values whose products overflow.
+TEST_P(path_only, PlainTypeTilesOfEveryRowLengthEqualVecDotBitwise) {
+    SKIP_WITHOUT(GetParam());
+    for (tensor_type t : {tensor_type::f32, tensor_type::f16, tensor_type::bf16}) {
+        const type_kernels & k = path_of(GetParam(), t);
+        ASSERT_NE(k.mul_tile, nullptr) << tensor_type_name(t);
+        std::vector<int64_t> sizes = odd_sizes(t);
+        sizes.insert(sizes.end(), {2, 4, 5, 6, 10, 24, 64, 128});
+        for (int64_t n : sizes) {
+            const auto w = weight_rows(t, 17, n, 90 + n);
+            const auto x = activation_rows(t, 8, n, 91 + n);
+            for (int64_t n_rows : {1, 2, 7, 8, 9, 16, 17}) {
+                for (int64_t n_tokens : {1, 2, 3, 4, 5, 8}) {
+                    check_tile(t, k, w, x, n, n_rows, n_tokens,
+                               std::string(tensor_type_name(t)) + " n " + std::to_string(n) + ", " + std::to_string(n_rows) + "x" +
+                                   std::to_string(n_tokens));
+                    if (HasFatalFailure()) return;
+                }
+            }
+        }
+        // Special values, spread so that every lane and every tail sees some.
+        const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                                  1e-40f, -1e-40f, 6e4f, -6e4f, 1.0f, -3.5f, 0.0f, -0.0f, -0.0f};
+        for (int64_t n : {3, 8, 13, 64}) {
+            std::vector<float> wv(static_cast<size_t>(9 * n)), xv(static_cast<size_t>(5 * n));
+            for (size_t i = 0; i < wv.size(); ++i) wv[i] = specials[(i * 7 + i / 5) % std::size(specials)];
+            for (size_t i = 0; i < xv.size(); ++i) xv[i] = specials[(i * 3 + 1) % std::size(specials)] * (i % 4 == 0 ? 1e30f : 1.0f);
+            std::vector<uint8_t> w(static_cast<size_t>(9) * row_bytes(t, n)), x(static_cast<size_t>(5) * row_bytes(t, n));
+            for (int64_t r = 0; r < 9; ++r) scalar_of(t).from_float(wv.data() + r * n, w.data() + r * row_bytes(t, n), n);
+            for (int64_t r = 0; r < 5; ++r) scalar_of(t).from_float(xv.data() + r * n, x.data() + r * row_bytes(t, n), n);
+            for (int64_t n_rows : {1, 8, 9}) {
+                for (int64_t n_tokens : {1, 4, 5}) {
+                    check_tile(t, k, w, x, n, n_rows, n_tokens, std::string(tensor_type_name(t)) + " specials, n " + std::to_string(n));
+                    if (HasFatalFailure()) return;
+                }
+            }
+        }
+    }
+}
+
 // Inputs for the exp kernels: a sweep of the range, both ends, the values where the
 // polynomial switches exponent, and the special values.
 std::vector<float> exp_inputs() {
@@ -535,8 +578,9 @@ TEST(kernels_avx2, ScalarTableHasNoTilesAndAvx2TableAcceleratesEveryWeightType) 
 }
 
 // The AVX-512 table replaces the products (vec_dot and mul_tile) of every quantized
-// weight type, the activation encoders of Q8_0, Q8_K, Q8_1 and F16, and add_scaled of
-// F32 and F16; the products of F32, F16 and BF16 keep the AVX2 kernels.
+// weight type, the activation encoders of Q8_0, Q8_K, Q8_1 and F16, add_scaled of F32
+// and F16, and F16's mul_tile; the other products of F32, F16 and BF16 keep the AVX2
+// kernels.
 TEST(kernels_avx512, Avx512TableReplacesTheQuantizedProductsAndEncoders) {
     SKIP_WITHOUT(implementation::avx512);
     const auto avx512_of = [](tensor_type t) -> const type_kernels & { return *kernel_table(implementation::avx512, t); };
@@ -555,8 +599,11 @@ TEST(kernels_avx512, Avx512TableReplacesTheQuantizedProductsAndEncoders) {
     EXPECT_EQ(avx512_of(tensor_type::f16).from_float, avx512_of(tensor_type::f16).from_float_activation);
     for (tensor_type t : {tensor_type::f32, tensor_type::f16, tensor_type::bf16}) {
         EXPECT_EQ(avx512_of(t).vec_dot, avx2_of(t).vec_dot) << tensor_type_name(t);
+    }
+    for (tensor_type t : {tensor_type::f32, tensor_type::bf16}) {
         EXPECT_EQ(avx512_of(t).mul_tile, avx2_of(t).mul_tile) << tensor_type_name(t);
     }
+    EXPECT_NE(avx512_of(tensor_type::f16).mul_tile, avx2_of(tensor_type::f16).mul_tile);
     for (tensor_type t : {tensor_type::f32, tensor_type::f16}) {
         EXPECT_NE(avx512_of(t).add_scaled, avx2_of(t).add_scaled) << tensor_type_name(t);
     }

@@ -115,6 +115,8 @@ void add_scaled_rows(tensor_type t, const float * a, const uint8_t * rows, size_
 // y[i] = exp(x[i] - shift) for i < n (x == y allowed): the difference rounded, then a
 // fixed polynomial approximation of exp (relative error about 2e-7, exp(-inf) = 0;
 // src/kernels/exp_approx.h), the same operations and bits in every implementation.
+// PROMISES: exp_shifted of a finite x with shift x is exactly 1 (x - x is +0), which
+// attention relies on to skip the call.
 void exp_shifted(const float * x, float shift, float * y, int64_t n);
 
 // out[i] = (gate[i] / (1 + exp(-gate[i]))) * up[i] for i < n (SiLU-gated product; out may

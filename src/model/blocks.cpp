@@ -177,12 +177,14 @@ void attend_online(const head_group & h) {
                 sg[j] = sg[j] * h.kq_scale;
                 block_max = std::max(block_max, sg[j]);
             }
-            const float new_max = std::max(running_max[static_cast<size_t>(g)], block_max);
-            float correction = 0.0f;  // exp(-inf) = 0 on the first block
-            kernels::exp_shifted(&running_max[static_cast<size_t>(g)], new_max, &correction, 1);
-            // In locals: through the vectors, every step would wait on a store and a
-            // load. Once the maximum settles the correction is 1, and x * 1 == x.
-            const float c = correction;
+            const float old_max = running_max[static_cast<size_t>(g)];
+            const float new_max = std::max(old_max, block_max);
+            // exp(old_max - new_max): exp(-inf) = 0 on the first block. Once the maximum
+            // settles it is exp(+0), which is exactly 1 (kernels.h pins it), so the call
+            // is skipped; and x * 1 == x, so is the rescale. In locals: through the
+            // vectors, every step would wait on a store and a load.
+            float c = 1.0f;
+            if (!(old_max == new_max && std::isfinite(new_max))) kernels::exp_shifted(&old_max, new_max, &c, 1);
             float sum = running_sum[static_cast<size_t>(g)] * c;
             if (c != 1.0f) {
                 for (int32_t i = 0; i < h.hd; ++i) ag[i] *= c;

@@ -550,6 +550,33 @@ TEST(kernels_avx512, ExpAndSwigluEqualTheScalarReference) {
     }
 }
 
+// kernels.h promises exp_shifted(x, x) == 1 exactly for finite x (x - x is +0, and
+// the polynomial gives 1 at 0): attention skips the call on that promise.
+TEST(kernels_exp, AFiniteValueShiftedByItselfIsExactlyOne) {
+    std::vector<float> x = exp_inputs();
+    x.insert(x.end(), {std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
+                       std::numeric_limits<float>::denorm_min(), -std::numeric_limits<float>::min()});
+    int checked = 0;
+    for (float v : x) {
+        if (!std::isfinite(v)) continue;
+        float y = 0.0f;
+        scalar::exp_shifted(&v, v, &y, 1);
+        ASSERT_EQ(y, 1.0f) << "scalar, x " << v;
+        if (cpu_supports(implementation::avx2)) {
+            y = 0.0f;
+            avx2::exp_shifted(&v, v, &y, 1);
+            ASSERT_EQ(y, 1.0f) << "avx2, x " << v;
+        }
+        if (cpu_supports(implementation::avx512)) {
+            y = 0.0f;
+            avx512::exp_shifted(&v, v, &y, 1);
+            ASSERT_EQ(y, 1.0f) << "avx512, x " << v;
+        }
+        ++checked;
+    }
+    EXPECT_GT(checked, 1000);
+}
+
 TEST(kernels_exp, ApproximationIsWithinAFewUlpOfExp) {
     for (float v : exp_inputs()) {
         const float got = scalar::exp_approx(v);

@@ -79,47 +79,21 @@ struct stream_run {
     }
 };
 
-// Streams on lanes [0, prompts.size()) at once, each generating gen_tokens. Greedy, so
-// every run computes the same tokens.
+// Streams on lanes [0, prompts.size()) at once, each generating gen_tokens (greedy, so
+// every run computes the same tokens). With keep_going, each stream runs such requests
+// one after another (prompt i again) until keep_going(i), asked after every token,
+// says stop: running streams whose contexts stay in the range of one request, as a
+// server's chats do. REQUIRES: gen_tokens >= 1 with keep_going.
 result<std::vector<stream_run>> run_streams(pipeline_i & p, const std::vector<std::vector<token_id>> & prompts, int32_t gen_tokens,
-                                            int32_t chunk) {
-    std::vector<stream_run> runs(prompts.size());
-    std::vector<status> errors(prompts.size());
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-        threads.emplace_back([&, i] {
-            generation_request req;
-            req.prompt = prompts[i];
-            req.max_tokens = gen_tokens;
-            req.prefill_chunk_tokens = chunk;
-            req.sampling.temperature = 0;
-            req.on_token = [&, i](token_id) {
-                runs[i].tokens.push_back(bench_clock::now());
-                return true;
-            };
-            runs[i].start = bench_clock::now();
-            auto res = run_generation(p, static_cast<int32_t>(i), req);
-            if (!res.is_ok()) errors[i] = res.error();
-        });
-    }
-    for (auto & t : threads) t.join();
-    for (const auto & e : errors) SKIPPY_TRY(e);
-    return runs;
-}
-
-// Streams on lanes [0, prompts.size()) that each run requests of gen_tokens one after
-// another (prompt i again, greedy) until keep_going says stop: running streams whose
-// contexts stay in the range of one request, as a server's chats do.
-result<std::vector<stream_run>> run_stream_loops(pipeline_i & p, const std::vector<std::vector<token_id>> & prompts, int32_t gen_tokens,
-                                                 int32_t chunk, const std::function<bool(size_t)> & keep_going) {
+                                            int32_t chunk, const std::function<bool(size_t)> & keep_going = {}) {
     std::vector<stream_run> runs(prompts.size());
     std::vector<status> errors(prompts.size());
     std::vector<std::thread> threads;
     for (size_t i = 0; i < prompts.size(); ++i) {
         threads.emplace_back([&, i] {
             runs[i].start = bench_clock::now();
-            bool more = true;
-            while (more) {
+            bool more = static_cast<bool>(keep_going);
+            do {
                 generation_request req;
                 req.prompt = prompts[i];
                 req.max_tokens = gen_tokens;
@@ -127,8 +101,8 @@ result<std::vector<stream_run>> run_stream_loops(pipeline_i & p, const std::vect
                 req.sampling.temperature = 0;
                 req.on_token = [&, i](token_id) {
                     runs[i].tokens.push_back(bench_clock::now());
-                    more = keep_going(i);
-                    return more;
+                    if (keep_going) more = keep_going(i);
+                    return !keep_going || more;
                 };
                 runs[i].request_starts.push_back(runs[i].tokens.size());
                 auto res = run_generation(p, static_cast<int32_t>(i), req);
@@ -136,7 +110,7 @@ result<std::vector<stream_run>> run_stream_loops(pipeline_i & p, const std::vect
                     errors[i] = res.error();
                     return;
                 }
-            }
+            } while (more);
         });
     }
     for (auto & t : threads) t.join();
@@ -301,6 +275,9 @@ int run_bench(const bench_options & o) {
 // inter-token latency of N running streams while a T-token prompt is prefilled beside
 // them, against the same streams without it.
 int run_concurrent(const bench_options & o) {
+    if (o.fairness_prompt_tokens > 0 && o.gen_tokens < 2) {
+        return fail(make_error(error_code::invalid_argument, "--fairness-prompt-tokens needs --gen-tokens 2 or more (the streams' gaps)"));
+    }
     auto file = load_gguf(o.model_path);
     if (!file.is_ok()) return fail(file.error());
     const int32_t n_threads = resolve_threads(o.threads);
@@ -402,7 +379,7 @@ int run_concurrent(const bench_options & o) {
         // another, so that their own contexts stay in the same range: a stream whose
         // context grew by thousands of tokens during the long prompt would be slower
         // without it too.
-        const auto busy = run_stream_loops(pipeline, prompts, o.gen_tokens, o.batch_size, [&](size_t i) {
+        const auto busy = run_streams(pipeline, prompts, o.gen_tokens, o.batch_size, [&](size_t i) {
             if (++produced[i] == 4) {
                 {
                     std::lock_guard<std::mutex> lock(m);

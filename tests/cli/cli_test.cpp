@@ -349,6 +349,11 @@ TEST_F(cli, BenchConcurrencyReportsAggregateAndFairness) {
     EXPECT_GE(f["itl_p99_ms_during"].get<double>(), f["itl_median_ms_during"].get<double>());
     EXPECT_GT(f["p99_during_over_median_without"].get<double>(), 0.0);
     EXPECT_GT(f["itl_samples_during"].get<int64_t>(), 0) << r.out;
+    // Streams of one token have no gaps to measure: refused, not looped forever.
+    auto refused = skippy({"bench", "-m", model_, "--prompt-tokens", "8", "--gen-tokens", "1", "--repeat", "1", "-t", "1",
+                           "--concurrency", "2", "--fairness-prompt-tokens", "20"});
+    EXPECT_EQ(refused.exit_code, 1);
+    EXPECT_NE(refused.err.find("--gen-tokens 2 or more"), std::string::npos) << refused.err;
 }
 
 // The plan tiles [0, n_layer), names ports base + i, and carries an absolute model

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -21,6 +22,9 @@ struct step_record {
 
 class recording_step {
 public:
+    // A decode-only step costs decode_ms (4 unless set); each prompt token 1 ms more.
+    std::atomic<int> decode_ms{4};
+
     void operator()(std::span<step_item> items) {
         step_record r;
         for (step_item & it : items) {
@@ -31,7 +35,7 @@ public:
                 r.n_prompt += static_cast<int64_t>(it.tokens.size());
             }
         }
-        std::this_thread::sleep_for(std::chrono::microseconds(4000 + 1000 * r.n_prompt));
+        std::this_thread::sleep_for(std::chrono::microseconds(1000 * (decode_ms.load() + r.n_prompt)));
         std::lock_guard<std::mutex> lock(mutex_);
         steps_.push_back(r);
     }
@@ -45,6 +49,31 @@ private:
     std::vector<step_record> steps_;
 };
 
+// Lanes 0 and 1 decode alone for 150 ms (the scheduler learns a decode-only step),
+// then `before_prompt` runs and lane 2 prefills a 300-token prompt; the lanes decode
+// until it is done (and at least `min_decodes` tokens each).
+void decode_beside_a_long_prompt(lane_scheduler & sched, const std::function<void()> & before_prompt, int64_t min_decodes) {
+    std::atomic<bool> prompt_done{false};
+    std::vector<std::thread> decoders;
+    for (int32_t lane = 0; lane < 2; ++lane) {
+        decoders.emplace_back([&, lane] {
+            int64_t pos = 0;
+            while (!prompt_done.load() || pos < min_decodes) {
+                ASSERT_TRUE(sched.decode(lane, pos, 1).is_ok());
+                ++pos;
+            }
+            sched.end(lane);
+        });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    before_prompt();
+    std::vector<token_id> prompt(300, 7);
+    EXPECT_TRUE(sched.prefill(2, 0, prompt, 512).is_ok());
+    prompt_done.store(true);
+    for (auto & t : decoders) t.join();
+    sched.stop();
+}
+
 // Two lanes decode without pause while a third prefills 300 tokens: the prompt is cut
 // into chunks far below the 60-token budget, sized so that a step stays near twice a
 // decode-only step, and (gathering for the decoding lanes) almost no step runs a prompt
@@ -56,26 +85,7 @@ TEST(lane_scheduler, LongPromptBesideDecodingLanesIsChunkedToTheTimeBudget) {
     o.gather = std::chrono::milliseconds(50);  // generous: the test machine may be loaded
     o.decode_step_time_factor = 2.0;
     lane_scheduler sched(3, o, [&](std::span<step_item> items) { rec(items); });
-    std::atomic<bool> prompt_done{false};
-    std::vector<std::thread> decoders;
-    for (int32_t lane = 0; lane < 2; ++lane) {
-        decoders.emplace_back([&, lane] {
-            int64_t pos = 0;
-            // Decode alone for a while (the scheduler learns a decode-only step), then
-            // beside the prompt until it is done.
-            while (!prompt_done.load() || pos < 40) {
-                ASSERT_TRUE(sched.decode(lane, pos, 1).is_ok());
-                ++pos;
-            }
-            sched.end(lane);
-        });
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(150));
-    std::vector<token_id> prompt(300, 7);
-    ASSERT_TRUE(sched.prefill(2, 0, prompt, 512).is_ok());
-    prompt_done.store(true);
-    for (auto & t : decoders) t.join();
-    sched.stop();
+    decode_beside_a_long_prompt(sched, [] {}, 40);
 
     std::vector<int64_t> mixed_chunks;
     int64_t prompt_total = 0;
@@ -102,54 +112,20 @@ TEST(lane_scheduler, LongPromptBesideDecodingLanesIsChunkedToTheTimeBudget) {
 // chunks follow the new budget (2 x 16 ms, about 16 tokens at 1 ms each) instead of
 // charging the growth to the prompt and shrinking it to one token a step.
 TEST(lane_scheduler, TheBudgetFollowsDecodeStepsThatGetDearer) {
-    std::atomic<int> decode_ms{4};
-    std::mutex m;
-    std::vector<step_record> steps;
+    recording_step rec;
     scheduler_options o;
     o.step_tokens = 64;
     o.gather = std::chrono::milliseconds(50);
     o.decode_step_time_factor = 2.0;
     o.decode_only_refresh_steps = 4;
-    lane_scheduler sched(3, o, [&](std::span<step_item> items) {
-        step_record r;
-        for (step_item & it : items) {
-            if (it.kind == step_kind::decode) {
-                ++r.n_decodes;
-                it.sampled = 1;
-            } else {
-                r.n_prompt += static_cast<int64_t>(it.tokens.size());
-            }
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(decode_ms.load() + r.n_prompt));
-        std::lock_guard<std::mutex> lock(m);
-        steps.push_back(r);
-    });
-    std::atomic<bool> prompt_done{false};
-    std::vector<std::thread> decoders;
-    for (int32_t lane = 0; lane < 2; ++lane) {
-        decoders.emplace_back([&, lane] {
-            int64_t pos = 0;
-            while (!prompt_done.load() || pos < 30) {
-                ASSERT_TRUE(sched.decode(lane, pos, 1).is_ok());
-                ++pos;
-            }
-            sched.end(lane);
-        });
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(150));
-    decode_ms = 16;
-    std::vector<token_id> prompt(300, 7);
-    ASSERT_TRUE(sched.prefill(2, 0, prompt, 512).is_ok());
-    prompt_done.store(true);
-    for (auto & t : decoders) t.join();
-    sched.stop();
+    lane_scheduler sched(3, o, [&](std::span<step_item> items) { rec(items); });
+    decode_beside_a_long_prompt(sched, [&] { rec.decode_ms = 16; }, 30);
 
     std::vector<int64_t> mixed_chunks;
     int decode_only_during_prompt = 0;
     bool prompt_seen = false;
     int64_t prompt_total = 0;
-    std::lock_guard<std::mutex> lock(m);
-    for (const step_record & r : steps) {
+    for (const step_record & r : rec.steps()) {
         prompt_total += r.n_prompt;
         if (r.n_prompt > 0) prompt_seen = true;
         if (r.n_prompt > 0 && r.n_decodes > 0) mixed_chunks.push_back(r.n_prompt);

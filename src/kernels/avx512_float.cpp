@@ -12,8 +12,8 @@
 // such vectors. The 16 outputs of 8 vectors are then combined together by shuffles in
 // the reference's order ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), instead
 // of one horizontal sum each. (An earlier try, two tokens against one row per vector
-// with one horizontal sum per output, measured slower than AVX2.) F32 and BF16
-// products stay on AVX2.
+// with one horizontal sum per output, measured slower than AVX2.) F16's vec_dot (one
+// output) and the F32 and BF16 products stay on AVX2.
 #include "kernels/avx512_kernels.h"
 #include "kernels/avx512_util.h"
 

@@ -11,8 +11,8 @@
 
 namespace skippy::kernels::avx512 {
 
-// F32 and F16 add_scaled, the F16 encoder and F16's products (avx512_float.cpp; the
-// products of F32 and BF16 stay on AVX2).
+// F32 and F16 add_scaled, the F16 encoder and F16's mul_tile (avx512_float.cpp; F16's
+// vec_dot and the products of F32 and BF16 stay on AVX2).
 void from_float_f16(const float * src, uint8_t * dst, int64_t n);
 void add_scaled_f32(const float * a, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows, float * y, int64_t n);
 void add_scaled_f16(const float * a, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows, float * y, int64_t n);

@@ -282,8 +282,9 @@ void run_groups(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uin
     }
 }
 
-// Decode: the 1 to 4 tokens a prefill tile leaves (decode is one token, a batched
-// decode step a few) in 512-bit vectors, one weight row per int32 lane at the end.
+// Decode: the tokens a prefill tile leaves (up to k_decode_max_batch_tokens: decode is
+// one token, a batched decode step a few), in groups of at most 4 (decode_tile below),
+// in 512-bit vectors, one weight row per int32 lane at the end.
 //
 // K provides rows16<NT>(rows, x, nb, next, acc): the outputs of the 16 weight rows
 // `rows` and NT tokens (x[i] their activation rows), acc[i] lane j = row j's output for

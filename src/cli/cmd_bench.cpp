@@ -72,9 +72,13 @@ struct stream_run {
     double decode_tps() const {
         return tokens.size() < 2 ? 0 : static_cast<double>(tokens.size() - 1) / seconds_between(tokens.front(), tokens.back());
     }
+    // Between two requests is a first token, not an inter-token gap.
+    bool starts_request(size_t i) const { return std::find(request_starts.begin(), request_starts.end(), i) != request_starts.end(); }
     std::vector<double> gaps_ms() const {
         std::vector<double> g;
-        for (size_t i = 1; i < tokens.size(); ++i) g.push_back(1000.0 * seconds_between(tokens[i - 1], tokens[i]));
+        for (size_t i = 1; i < tokens.size(); ++i) {
+            if (!starts_request(i)) g.push_back(1000.0 * seconds_between(tokens[i - 1], tokens[i]));
+        }
         return g;
     }
 };
@@ -88,6 +92,9 @@ result<std::vector<stream_run>> run_streams(pipeline_i & p, const std::vector<st
                                             int32_t chunk, const std::function<bool(size_t)> & keep_going = {}) {
     std::vector<stream_run> runs(prompts.size());
     std::vector<status> errors(prompts.size());
+    // A failed stream stops the others: with keep_going they would run until told to,
+    // and what tells them may wait on the failed one.
+    std::atomic<bool> failed{false};
     std::vector<std::thread> threads;
     for (size_t i = 0; i < prompts.size(); ++i) {
         threads.emplace_back([&, i] {
@@ -101,16 +108,17 @@ result<std::vector<stream_run>> run_streams(pipeline_i & p, const std::vector<st
                 req.sampling.temperature = 0;
                 req.on_token = [&, i](token_id) {
                     runs[i].tokens.push_back(bench_clock::now());
-                    if (keep_going) more = keep_going(i);
+                    if (keep_going) more = keep_going(i) && !failed.load();
                     return !keep_going || more;
                 };
                 runs[i].request_starts.push_back(runs[i].tokens.size());
                 auto res = run_generation(p, static_cast<int32_t>(i), req);
                 if (!res.is_ok()) {
                     errors[i] = res.error();
+                    failed = true;
                     return;
                 }
-            } while (more);
+            } while (more && !failed.load());
         });
     }
     for (auto & t : threads) t.join();
@@ -399,8 +407,7 @@ int run_concurrent(const bench_options & o) {
         std::vector<double> busy_gaps;
         for (const auto & s : *busy) {
             for (size_t i = 1; i < s.tokens.size(); ++i) {
-                // Between requests is a first token, not an inter-token gap.
-                if (std::find(s.request_starts.begin(), s.request_starts.end(), i) != s.request_starts.end()) continue;
+                if (s.starts_request(i)) continue;
                 if (s.tokens[i] > long_start && s.tokens[i - 1] < long_first) busy_gaps.push_back(1000.0 * seconds_between(s.tokens[i - 1], s.tokens[i]));
             }
         }

@@ -87,7 +87,11 @@ void lane_scheduler::end(int32_t lane) {
 void lane_scheduler::learn_step_cost(size_t n_decodes, int64_t n_prompt_tokens, double seconds) {
     if (options_.decode_step_time_factor <= 0 || n_decodes == 0) return;
     if (n_prompt_tokens == 0) {
-        decode_only_step_s_ = decode_only_step_s_ > 0 ? 0.8 * decode_only_step_s_ + 0.2 * seconds : seconds;
+        // A re-measurement after mixed steps replaces the figure: the old one is stale
+        // by then (the lanes' contexts grew), and averaging it in would take tens of
+        // steps to catch up, the prompt starved meanwhile.
+        const bool refresh = mixed_steps_since_decode_only_ > 0 || decode_only_step_s_ <= 0;
+        decode_only_step_s_ = refresh ? seconds : 0.8 * decode_only_step_s_ + 0.2 * seconds;
         mixed_steps_since_decode_only_ = 0;
         return;
     }

@@ -9,8 +9,8 @@
 //     stalling them for its whole length; a lone prompt takes its full chunk size;
 //   - the prompt tokens of a step with decodes are also held to a time budget (a
 //     multiple of a decode-only step, learnt from the steps that ran and re-measured
-//     every few steps, since the decoding lanes' contexts grow), since a chunk's cost
-//     grows with its position;
+//     every few steps as the decoding lanes' contexts grow): a chunk's cost grows
+//     with its position;
 //   - no lane waits for a full batch: a step runs with what is ready, except that it
 //     waits a moment (`gather`) for the lanes of the previous step, whose tokens arrive
 //     together, so steps keep their size instead of splitting (and a prompt chunk does

@@ -257,6 +257,10 @@ void lane_scheduler::loop() {
             w.pos += static_cast<int64_t>(n);
             w.tokens = w.tokens.subspan(n);
             w.ready_at = now;
+            // The next chunk queues behind the prompts that waited (round robin): by the
+            // order of asking, a short prompt that came during a long one would get no
+            // budget until the long one was done.
+            w.order = next_order_++;
         }
         done_cv_.notify_all();
     }

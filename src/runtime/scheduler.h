@@ -3,10 +3,12 @@
 // scheduler thread forms steps of what is ready and runs them (docs/transport.md,
 // "Scheduling"):
 //
-//   - a step takes every ready decode (one token per lane), then prompt chunks in the
-//     order the lanes asked, within a token budget while any lane decodes, so that a
-//     long prompt is prefilled in chunks beside the running streams instead of
-//     stalling them for its whole length; a lone prompt takes its full chunk size;
+//   - a step takes every ready decode (one token per lane), then prompt chunks in turn
+//     (a prompt's next chunk queues behind the prompts that waited, so a short prompt
+//     is not held until a long one is done), within a token budget while any lane
+//     decodes, so that a long prompt is prefilled in chunks beside the running
+//     streams instead of stalling them for its whole length; a lone prompt takes its
+//     full chunk size;
 //   - the prompt tokens of a step with decodes are also held to a time budget (a
 //     multiple of a decode-only step, learnt from the steps that ran and re-measured
 //     every few steps as the decoding lanes' contexts grow): a chunk's cost grows

@@ -140,6 +140,44 @@ TEST(lane_scheduler, TheBudgetFollowsDecodeStepsThatGetDearer) {
     EXPECT_GE(mixed_chunks[mixed_chunks.size() / 2], 6) << "the chunk follows the re-measured budget";
 }
 
+// Prompts take turns: a 20-token prompt that arrives while a 300-token one is chunked
+// beside two decoding lanes is done long before it, instead of getting no budget
+// until the long prompt is over.
+TEST(lane_scheduler, AShortPromptDuringALongOneIsNotHeldUntilItEnds) {
+    recording_step rec;
+    scheduler_options o;
+    o.step_tokens = 64;
+    o.gather = std::chrono::milliseconds(50);
+    o.decode_step_time_factor = 2.0;
+    lane_scheduler sched(4, o, [&](std::span<step_item> items) { rec(items); });
+    std::atomic<int64_t> short_done_at{-1};
+    std::thread short_prompt;
+    decode_beside_a_long_prompt(
+        sched,
+        [&] {
+            short_prompt = std::thread([&] {
+                std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the long prompt is under way
+                std::vector<token_id> prompt(20, 5);
+                EXPECT_TRUE(sched.prefill(3, 0, prompt, 512).is_ok());
+                short_done_at = static_cast<int64_t>(rec.steps().size());
+            });
+        },
+        30);
+    short_prompt.join();
+    const int64_t n_steps = static_cast<int64_t>(rec.steps().size());
+    int64_t long_done_at = 0, prompt_total = 0;
+    for (const step_record & r : rec.steps()) {
+        ++long_done_at;
+        prompt_total += r.n_prompt;
+        if (prompt_total >= 320) break;
+    }
+    EXPECT_EQ(prompt_total, 320) << "every prompt token ran once";
+    ASSERT_GT(short_done_at.load(), 0);
+    // By the order of asking, the short prompt would end in the same step as the long
+    // one (it got only what the long one left); taking turns, it ends well before.
+    EXPECT_LT(short_done_at.load() + 10, long_done_at) << n_steps << " steps";
+}
+
 // Six lanes start decoding, two more while the first step runs: the first steps are
 // split, but the groups merge (a step waits a moment for the lanes of the step that
 // just ended) instead of alternating between six and two lanes for good.

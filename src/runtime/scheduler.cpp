@@ -46,6 +46,7 @@ status lane_scheduler::prefill(int32_t lane, int64_t pos_start, std::span<const 
     w.pos = pos_start;
     w.tokens = tokens;
     w.max_chunk = max_chunk_tokens;
+    w.budget_tokens = 0;
     w.order = next_order_++;
     w.ready_at = sched_clock::now();
     w.done = false;
@@ -84,7 +85,7 @@ void lane_scheduler::end(int32_t lane) {
     work_cv_.notify_one();  // a step gathering for this lane need not wait for it
 }
 
-void lane_scheduler::learn_step_cost(size_t n_decodes, int64_t n_prompt_tokens, double seconds) {
+void lane_scheduler::learn_step_cost(size_t n_decodes, int64_t n_prompt_tokens, int32_t prompt_lane, double seconds) {
     if (options_.decode_step_time_factor <= 0 || n_decodes == 0) return;
     if (n_prompt_tokens == 0) {
         // A re-measurement after mixed steps replaces the figure: the old one is stale
@@ -98,14 +99,19 @@ void lane_scheduler::learn_step_cost(size_t n_decodes, int64_t n_prompt_tokens, 
     ++mixed_steps_since_decode_only_;
     if (decode_only_step_s_ <= 0) return;
     // The prompt's share of this step, per token, predicts the next chunk's (it sits
-    // a chunk further on, so a little dearer); aim the next step at the budget. The
-    // change per step is bounded so one noisy step cannot swing it far.
+    // a chunk further on, so a little dearer); aim the next step at the budget. Growth
+    // per step is bounded (2x) so one quick step cannot swing it far; a dear step
+    // shrinks it at once, since the running streams pay for every step over budget
+    // (a prompt that starts with the budget another prompt earned is one).
+    if (prompt_lane < 0) return;
+    lane_work & w = lanes_[static_cast<size_t>(prompt_lane)];
+    const double last = w.budget_tokens > 0 ? w.budget_tokens : prompt_budget_tokens_;
     const double budget_s = options_.decode_step_time_factor * decode_only_step_s_;
     const double per_token_s = std::max(seconds - decode_only_step_s_, 1e-9) / static_cast<double>(n_prompt_tokens);
     const double wanted = (budget_s - decode_only_step_s_) / per_token_s;
-    const double lo = std::max(1.0, 0.5 * prompt_budget_tokens_);
-    const double hi = std::min(static_cast<double>(options_.step_tokens), 2.0 * std::max(1.0, prompt_budget_tokens_));
-    prompt_budget_tokens_ = std::clamp(wanted, lo, std::max(lo, hi));
+    const double hi = std::min(static_cast<double>(options_.step_tokens), 2.0 * std::max(1.0, last));
+    w.budget_tokens = std::clamp(wanted, 1.0, std::max(1.0, hi));
+    prompt_budget_tokens_ = w.budget_tokens;
 }
 
 std::vector<step_item> lane_scheduler::form_step(sched_clock::time_point & wait_until) {
@@ -172,10 +178,15 @@ std::vector<step_item> lane_scheduler::form_step(sched_clock::time_point & wait_
     // Prompt chunks fill the budget while anyone decodes; alone, a prompt takes its
     // own chunk size.
     int64_t left = std::numeric_limits<int64_t>::max();
+    bool one_prompt = false;
     if (n_decoding > 0) {
         left = std::max<int64_t>(options_.step_tokens - static_cast<int64_t>(n_take), (options_.step_tokens + 3) / 4);
-        if (options_.decode_step_time_factor > 0 && decode_only_step_s_ > 0) {
-            left = std::min<int64_t>(left, std::max<int64_t>(1, static_cast<int64_t>(prompt_budget_tokens_)));
+        if (options_.decode_step_time_factor > 0 && decode_only_step_s_ > 0 && !prefills.empty()) {
+            // One prompt's chunk, sized from its own cost (see learn_step_cost).
+            const lane_work & next = lanes_[prefills.front()];
+            const double budget = next.budget_tokens > 0 ? next.budget_tokens : prompt_budget_tokens_;
+            left = std::min<int64_t>(left, std::max<int64_t>(1, static_cast<int64_t>(budget)));
+            one_prompt = true;
             if (n_take > 0 && options_.decode_only_refresh_steps > 0 &&
                 mixed_steps_since_decode_only_ >= options_.decode_only_refresh_steps) {
                 left = 0;  // a decode-only step, to re-measure it
@@ -183,7 +194,7 @@ std::vector<step_item> lane_scheduler::form_step(sched_clock::time_point & wait_
         }
     }
     for (size_t i : prefills) {
-        if (left <= 0) break;
+        if (left <= 0 || (one_prompt && items.size() > n_take)) break;
         const lane_work & w = lanes_[i];
         const int64_t n = std::min<int64_t>({static_cast<int64_t>(w.tokens.size()), w.max_chunk, left});
         step_item it;
@@ -229,14 +240,18 @@ void lane_scheduler::loop() {
         {
             size_t n_decodes = 0;
             int64_t n_prompt = 0;
+            int32_t prompt_lane = -1, n_prompt_lanes = 0;
             for (const step_item & it : items) {
                 if (it.kind == step_kind::decode) {
                     ++n_decodes;
                 } else {
                     n_prompt += static_cast<int64_t>(it.tokens.size());
+                    prompt_lane = it.lane;
+                    ++n_prompt_lanes;
                 }
             }
-            learn_step_cost(n_decodes, n_prompt, std::chrono::duration<double>(now - started).count());
+            learn_step_cost(n_decodes, n_prompt, n_prompt_lanes == 1 ? prompt_lane : -1,
+                            std::chrono::duration<double>(now - started).count());
         }
         for (const step_item & it : items) {
             lane_work & w = lanes_[static_cast<size_t>(it.lane)];

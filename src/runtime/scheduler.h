@@ -12,7 +12,9 @@
 //   - the prompt tokens of a step with decodes are also held to a time budget (a
 //     multiple of a decode-only step, learnt from the steps that ran and re-measured
 //     every few steps as the decoding lanes' contexts grow): a chunk's cost grows
-//     with its position;
+//     with its position, so such a step takes one prompt's chunk, sized from that
+//     prompt's own last chunk (a short prompt's cheap chunks must not size a long
+//     prompt's dear ones);
 //   - no lane waits for a full batch: a step runs with what is ready, except that it
 //     waits a moment (`gather`) for the lanes of the previous step, whose tokens arrive
 //     together, so steps keep their size instead of splitting (and a prompt chunk does
@@ -106,6 +108,7 @@ private:
         token_id                  sampled = -1;
         token_logprobs            logprobs;
         bool                      decoding = false;  // decoded since its request began
+        double                    budget_tokens = 0;  // its prompt's chunk budget (0: not learnt yet)
         uint64_t                  last_step = 0;     // the step of its last decode (0: none)
     };
 
@@ -116,7 +119,8 @@ private:
     status wait_done(std::unique_lock<std::mutex> & lock, int32_t lane);
 
     // After a step: updates the decode-only step time and the prompt budget.
-    void learn_step_cost(size_t n_decodes, int64_t n_prompt_tokens, double seconds);
+    // `prompt_lane`: the lane whose chunk the step ran (-1: none, or several).
+    void learn_step_cost(size_t n_decodes, int64_t n_prompt_tokens, int32_t prompt_lane, double seconds);
 
     const scheduler_options  options_;
     step_fn                  run_;
@@ -129,7 +133,7 @@ private:
     // Time budget (decode_step_time_factor): a moving average of decode-only steps (0:
     // none seen yet) and the prompt tokens a step with decodes may take.
     double                   decode_only_step_s_ = 0.0;
-    double                   prompt_budget_tokens_ = 0.0;
+    double                   prompt_budget_tokens_ = 0.0;  // the last learnt, where a prompt starts
     int32_t                  mixed_steps_since_decode_only_ = 0;
     std::chrono::steady_clock::time_point last_step_end_{};
     bool                     stopping_ = false;

@@ -51,8 +51,10 @@ private:
 
 // Lanes 0 and 1 decode alone for 150 ms (the scheduler learns a decode-only step),
 // then `before_prompt` runs and lane 2 prefills a 300-token prompt; the lanes decode
-// until it is done (and at least `min_decodes` tokens each).
-void decode_beside_a_long_prompt(lane_scheduler & sched, const std::function<void()> & before_prompt, int64_t min_decodes) {
+// until it is done and `after_prompt` has returned (and at least `min_decodes` tokens
+// each).
+void decode_beside_a_long_prompt(lane_scheduler & sched, const std::function<void()> & before_prompt, int64_t min_decodes,
+                                 const std::function<void()> & after_prompt = {}) {
     std::atomic<bool> prompt_done{false};
     std::vector<std::thread> decoders;
     for (int32_t lane = 0; lane < 2; ++lane) {
@@ -69,6 +71,7 @@ void decode_beside_a_long_prompt(lane_scheduler & sched, const std::function<voi
     before_prompt();
     std::vector<token_id> prompt(300, 7);
     EXPECT_TRUE(sched.prefill(2, 0, prompt, 512).is_ok());
+    if (after_prompt) after_prompt();
     prompt_done.store(true);
     for (auto & t : decoders) t.join();
     sched.stop();
@@ -176,6 +179,60 @@ TEST(lane_scheduler, AShortPromptDuringALongOneIsNotHeldUntilItEnds) {
     // By the order of asking, the short prompt would end in the same step as the long
     // one (it got only what the long one left); taking turns, it ends well before.
     EXPECT_LT(short_done_at.load() + 10, long_done_at) << n_steps << " steps";
+}
+
+// Two prompts take turns beside two decoding lanes, one far into its sequence (4 ms a
+// token, as attention over a long prefix makes it) and one at its start (0.25 ms a
+// token): each prompt's chunks are sized from its own cost, so the dear prompt's stay
+// near its budget (2 x 4 ms a step: about 1 token) instead of taking the size the cheap
+// prompt's chunks earned (about 16), and the cheap prompt is not held to the dear one's.
+TEST(lane_scheduler, EachPromptsChunksFollowItsOwnCost) {
+    std::mutex m;
+    std::vector<std::pair<int32_t, int64_t>> chunks;  // (lane, tokens) of every prompt chunk beside decodes
+    scheduler_options o;
+    o.step_tokens = 64;
+    o.gather = std::chrono::milliseconds(50);
+    o.decode_step_time_factor = 2.0;
+    lane_scheduler sched(4, o, [&](std::span<step_item> items) {
+        double cost_ms = 4.0;
+        bool decodes = false;
+        for (step_item & it : items) {
+            if (it.kind == step_kind::decode) {
+                decodes = true;
+                it.sampled = 1;
+            } else {
+                cost_ms += static_cast<double>(it.tokens.size()) * (it.pos_start >= 1000 ? 4.0 : 0.25);
+            }
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(1000 * cost_ms)));
+        std::lock_guard<std::mutex> lock(m);
+        for (const step_item & it : items) {
+            if (decodes && it.kind == step_kind::prefill) chunks.emplace_back(it.lane, static_cast<int64_t>(it.tokens.size()));
+        }
+    });
+    std::thread dear_prompt;
+    decode_beside_a_long_prompt(
+        sched,
+        [&] {
+            // Lane 2's 300 tokens (see decode_beside_a_long_prompt) are the cheap ones;
+            // lane 3's 30 tokens sit at position 1000.
+            dear_prompt = std::thread([&] {
+                std::vector<token_id> prompt(30, 9);
+                EXPECT_TRUE(sched.prefill(3, 1000, prompt, 512).is_ok());
+            });
+        },
+        30, [&] { dear_prompt.join(); });
+    std::vector<int64_t> dear, cheap_chunks;
+    {
+        std::lock_guard<std::mutex> lock(m);
+        for (const auto & [lane, n] : chunks) (lane == 3 ? dear : cheap_chunks).push_back(n);
+    }
+    ASSERT_GE(dear.size(), 5u);
+    ASSERT_GE(cheap_chunks.size(), 5u);
+    std::sort(dear.begin(), dear.end());
+    std::sort(cheap_chunks.begin(), cheap_chunks.end());
+    EXPECT_LE(dear[dear.size() / 2], 4) << "the dear prompt's chunks follow its own cost";
+    EXPECT_GE(cheap_chunks[cheap_chunks.size() / 2], 8) << "the cheap prompt's chunks follow its own cost";
 }
 
 // Six lanes start decoding, two more while the first step runs: the first steps are

@@ -105,7 +105,7 @@ void lane_scheduler::learn_step_cost(size_t n_decodes, int64_t n_prompt_tokens, 
     // (a prompt that starts with the budget another prompt earned is one).
     if (prompt_lane < 0) return;
     lane_work & w = lanes_[static_cast<size_t>(prompt_lane)];
-    const double last = w.budget_tokens > 0 ? w.budget_tokens : prompt_budget_tokens_;
+    const double last = chunk_budget(w);
     const double budget_s = options_.decode_step_time_factor * decode_only_step_s_;
     const double per_token_s = std::max(seconds - decode_only_step_s_, 1e-9) / static_cast<double>(n_prompt_tokens);
     const double wanted = (budget_s - decode_only_step_s_) / per_token_s;
@@ -183,8 +183,7 @@ std::vector<step_item> lane_scheduler::form_step(sched_clock::time_point & wait_
         left = std::max<int64_t>(options_.step_tokens - static_cast<int64_t>(n_take), (options_.step_tokens + 3) / 4);
         if (options_.decode_step_time_factor > 0 && decode_only_step_s_ > 0 && !prefills.empty()) {
             // One prompt's chunk, sized from its own cost (see learn_step_cost).
-            const lane_work & next = lanes_[prefills.front()];
-            const double budget = next.budget_tokens > 0 ? next.budget_tokens : prompt_budget_tokens_;
+            const double budget = chunk_budget(lanes_[prefills.front()]);
             left = std::min<int64_t>(left, std::max<int64_t>(1, static_cast<int64_t>(budget)));
             one_prompt = true;
             if (n_take > 0 && options_.decode_only_refresh_steps > 0 &&

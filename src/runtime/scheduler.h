@@ -119,6 +119,9 @@ private:
     status wait_done(std::unique_lock<std::mutex> & lock, int32_t lane);
 
     // After a step: updates the decode-only step time and the prompt budget.
+    // The prompt tokens w's next chunk may take beside decodes: its own learnt size,
+    // or the last one learnt before its first chunk.
+    double chunk_budget(const lane_work & w) const { return w.budget_tokens > 0 ? w.budget_tokens : prompt_budget_tokens_; }
     // `prompt_lane`: the lane whose chunk the step ran (-1: none, or several).
     void learn_step_cost(size_t n_decodes, int64_t n_prompt_tokens, int32_t prompt_lane, double seconds);
 

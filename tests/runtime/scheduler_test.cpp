@@ -49,6 +49,16 @@ private:
     std::vector<step_record> steps_;
 };
 
+// The time-budget tests' options: a 64-token budget, a decode-only step's time twice
+// per step, and a generous gather (the test machine may be loaded).
+scheduler_options budget_options() {
+    scheduler_options o;
+    o.step_tokens = 64;
+    o.gather = std::chrono::milliseconds(50);
+    o.decode_step_time_factor = 2.0;
+    return o;
+}
+
 // Lanes 0 and 1 decode alone for 150 ms (the scheduler learns a decode-only step),
 // then `before_prompt` runs and lane 2 prefills a 300-token prompt; the lanes decode
 // until it is done and `after_prompt` has returned (and at least `min_decodes` tokens
@@ -83,10 +93,7 @@ void decode_beside_a_long_prompt(lane_scheduler & sched, const std::function<voi
 // chunk without them.
 TEST(lane_scheduler, LongPromptBesideDecodingLanesIsChunkedToTheTimeBudget) {
     recording_step rec;
-    scheduler_options o;
-    o.step_tokens = 64;
-    o.gather = std::chrono::milliseconds(50);  // generous: the test machine may be loaded
-    o.decode_step_time_factor = 2.0;
+    scheduler_options o = budget_options();
     lane_scheduler sched(3, o, [&](std::span<step_item> items) { rec(items); });
     decode_beside_a_long_prompt(sched, [] {}, 40);
 
@@ -116,10 +123,7 @@ TEST(lane_scheduler, LongPromptBesideDecodingLanesIsChunkedToTheTimeBudget) {
 // charging the growth to the prompt and shrinking it to one token a step.
 TEST(lane_scheduler, TheBudgetFollowsDecodeStepsThatGetDearer) {
     recording_step rec;
-    scheduler_options o;
-    o.step_tokens = 64;
-    o.gather = std::chrono::milliseconds(50);
-    o.decode_step_time_factor = 2.0;
+    scheduler_options o = budget_options();
     o.decode_only_refresh_steps = 4;
     lane_scheduler sched(3, o, [&](std::span<step_item> items) { rec(items); });
     decode_beside_a_long_prompt(sched, [&] { rec.decode_ms = 16; }, 30);
@@ -148,10 +152,7 @@ TEST(lane_scheduler, TheBudgetFollowsDecodeStepsThatGetDearer) {
 // until the long prompt is over.
 TEST(lane_scheduler, AShortPromptDuringALongOneIsNotHeldUntilItEnds) {
     recording_step rec;
-    scheduler_options o;
-    o.step_tokens = 64;
-    o.gather = std::chrono::milliseconds(50);
-    o.decode_step_time_factor = 2.0;
+    scheduler_options o = budget_options();
     lane_scheduler sched(4, o, [&](std::span<step_item> items) { rec(items); });
     std::atomic<int64_t> short_done_at{-1};
     std::thread short_prompt;
@@ -189,10 +190,7 @@ TEST(lane_scheduler, AShortPromptDuringALongOneIsNotHeldUntilItEnds) {
 TEST(lane_scheduler, EachPromptsChunksFollowItsOwnCost) {
     std::mutex m;
     std::vector<std::pair<int32_t, int64_t>> chunks;  // (lane, tokens) of every prompt chunk beside decodes
-    scheduler_options o;
-    o.step_tokens = 64;
-    o.gather = std::chrono::milliseconds(50);
-    o.decode_step_time_factor = 2.0;
+    scheduler_options o = budget_options();
     lane_scheduler sched(4, o, [&](std::span<step_item> items) {
         double cost_ms = 4.0;
         bool decodes = false;

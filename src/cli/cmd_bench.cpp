@@ -360,7 +360,7 @@ int run_concurrent(const bench_options & o) {
             const auto g = s.gaps_ms();
             quiet_gaps.insert(quiet_gaps.end(), g.begin(), g.end());
         }
-        // With it: once every stream has a few tokens, the long prompt arrives on the
+        // With it: once every stream is into its second request, the long prompt arrives on the
         // last lane; the streams run on until its first token is back.
         std::atomic<int32_t> warm{0};
         std::atomic<bool> long_done{false};
@@ -388,7 +388,10 @@ int run_concurrent(const bench_options & o) {
         // context grew by thousands of tokens during the long prompt would be slower
         // without it too.
         const auto busy = run_streams(pipeline, prompts, o.gen_tokens, o.batch_size, [&](size_t i) {
-            if (++produced[i] == 4) {
+            // Warm at the first token of a stream's second request: the long prompt then
+            // arrives while the streams are mid-request, not at a request boundary whose gap
+            // (a new prompt's prefill) is not counted.
+            if (++produced[i] == o.gen_tokens + 1) {
                 {
                     std::lock_guard<std::mutex> lock(m);
                     ++warm;

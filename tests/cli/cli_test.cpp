@@ -332,8 +332,10 @@ TEST_F(cli, BenchJsonHasExactlyTheDocumentedKeys) {
 // bench --concurrency N --fairness-prompt-tokens T: the concurrent figures and the
 // inter-token latency of the running streams while a long prompt is prefilled.
 TEST_F(cli, BenchConcurrencyReportsAggregateAndFairness) {
+    // Chunks of 16 spread the long prompt over many steps, each with the streams' decodes:
+    // on this tiny model one 200-token chunk takes about 2 ms, less than a request.
     auto r = skippy({"bench", "-m", model_, "--prompt-tokens", "8", "--gen-tokens", "4", "--repeat", "1", "-t", "1", "--concurrency",
-                     "2", "--fairness-prompt-tokens", "200", "--json"});
+                     "2", "--fairness-prompt-tokens", "200", "-b", "16", "--json"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const auto j = nlohmann::json::parse(r.out);
     EXPECT_EQ(j["concurrency"], 2);

@@ -64,6 +64,11 @@ int64_t blob_store::new_bytes_for(std::span<const uint8_t> data) const {
     return n;
 }
 
+bool blob_store::linked(blob_id id) const {
+    auto it = blocks_.find(id);
+    return it != blocks_.end() && it->second.linked;
+}
+
 status blob_store::retain(blob_id id) {
     auto it = blocks_.find(id);
     if (it == blocks_.end()) return make_error(error_code::not_found, "blob " + std::to_string(id) + " not held");

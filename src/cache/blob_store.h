@@ -62,6 +62,9 @@ public:
 
     // One more reference. not_found for a block not held.
     status retain(blob_id id);
+    // Whether the block is held and still in the content index: false once it failed a
+    // verification (a put of its content would store a fresh copy).
+    bool linked(blob_id id) const;
     // One reference less; the block goes at zero. A block not held is an underflow:
     // internal status, counted, nothing changes.
     status release(blob_id id);

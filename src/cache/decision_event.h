@@ -95,8 +95,9 @@ enum class attr : uint8_t {
     redis_pages,
     redis_bytes_written,
     exact_state_bytes,
+    exact_shared_pages,
 };
-inline constexpr size_t n_attrs = 60;
+inline constexpr size_t n_attrs = 61;
 
 struct attr_descriptor {
     attr             id;
@@ -165,6 +166,7 @@ inline constexpr attr_descriptor attr_descriptors[] = {
     {attr::redis_pages,                "skippy.redis_cache.pages",          attr_type::integer},
     {attr::redis_bytes_written,        "skippy.redis_cache.bytes_written",  attr_type::integer},
     {attr::exact_state_bytes,          "skippy.exact_cache.state_bytes",    attr_type::integer},
+    {attr::exact_shared_pages,         "skippy.exact_cache.shared_pages",   attr_type::integer},
 };
 static_assert(std::size(attr_descriptors) == n_attrs, "one descriptor per attr");
 

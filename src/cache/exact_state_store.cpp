@@ -1,5 +1,6 @@
 #include "cache/exact_state_store.h"
 
+#include <algorithm>
 #include <cassert>
 
 namespace skippy::cache {
@@ -26,10 +27,62 @@ result<exact_insert_result> exact_state_store::insert(const digest256 & ns, std:
 
 result<exact_insert_result> exact_state_store::insert(const digest256 & ns, std::span<const token_id> tokens,
                                                       std::span<const page_bytes> pages) {
+    return insert(ns, tokens, std::vector<held_page>{}, pages);
+}
+
+std::vector<held_page> exact_state_store::hold_leading_pages(const digest256 & ns, std::span<const token_id> tokens,
+                                                            std::span<const std::string> page_ids) {
+    std::vector<held_page> held;
+    const match_result m = index_.peek_common(ns, tokens, entry_kind::exact_state);
+    auto it = pages_.find(m.id);
+    if (m.id == no_entry || it == pages_.end()) return held;
+    int64_t next = 0;
+    for (const stored_page & sp : it->second) {
+        const size_t i = held.size();
+        if (i >= page_ids.size() || sp.kind != page_kind::kv || sp.token_start != next ||
+            sp.token_start + sp.token_count > m.matched_tokens || sp.page_id != page_ids[i]) {
+            break;
+        }
+        // A block found bad (unlinked) is not shared: the record exports that page afresh,
+        // as a put of its bytes would store a fresh copy.
+        if (!std::all_of(sp.blobs.begin(), sp.blobs.end(), [&](blob_id b) { return blobs_.linked(b); })) break;
+        held.push_back(held_page{sp.token_start, sp.token_count, sp.page_id, sp.blobs, sp.n_bytes});
+        for (blob_id b : sp.blobs) {
+            const status st = blobs_.retain(b);
+            assert(st.is_ok() && "an entry's blocks are held");
+            (void)st;
+        }
+        n_held_refs_ += static_cast<int64_t>(sp.blobs.size());
+        next += sp.token_count;
+    }
+    return held;
+}
+
+void exact_state_store::release_held(std::span<const held_page> held) {
+    for (const held_page & h : held) {
+        (void)blobs_.release_all(h.blobs);
+        n_held_refs_ -= static_cast<int64_t>(h.blobs.size());
+    }
+}
+
+result<exact_insert_result> exact_state_store::insert(const digest256 & ns, std::span<const token_id> tokens, std::vector<held_page> held,
+                                                      std::span<const page_bytes> pages) {
+    // The held references are ours to release unless the entry takes them.
+    struct give_back {
+        exact_state_store &      store;
+        std::vector<held_page> & held;
+        ~give_back() { store.release_held(held); }
+    } guard{*this, held};
     if (config_.hard_limit_bytes <= 0) return make_error(error_code::unavailable, "exact-state tier is off");
     if (tokens.empty()) return make_error(error_code::invalid_argument, "exact-state insert without tokens");
     int64_t next = 0;
     size_t n_state = 0;
+    for (const held_page & h : held) {
+        if (h.token_start != next || h.token_count <= 0 || h.blobs.empty()) {
+            return make_error(error_code::invalid_argument, "held exact-state pages are not contiguous from 0");
+        }
+        next += h.token_count;
+    }
     for (const page_bytes & p : pages) {
         if (p.bytes.empty()) return make_error(error_code::invalid_argument, "exact-state page without bytes");
         if (p.kind == page_kind::state) {
@@ -54,6 +107,12 @@ result<exact_insert_result> exact_state_store::insert(const digest256 & ns, std:
 
     std::vector<stored_page> stored;
     std::vector<blob_id> all;
+    for (held_page & h : held) {
+        n_held_refs_ -= static_cast<int64_t>(h.blobs.size());
+        all.insert(all.end(), h.blobs.begin(), h.blobs.end());
+        stored.push_back(stored_page{h.token_start, h.token_count, std::move(h.page_id), std::move(h.blobs), page_kind::kv, h.n_bytes});
+    }
+    held.clear();  // the entry holds those references now
     for (const page_bytes & p : pages) {
         stored_page sp{p.token_start, p.token_count, p.page_id,
                        p.block_digests.empty() ? blobs_.put(p.bytes) : blobs_.put(p.bytes, p.block_digests), p.kind,
@@ -235,7 +294,8 @@ status exact_state_store::check_invariants() const {
     if (n_state != n_state_pages_ || state_bytes != state_bytes_) {
         return make_error(error_code::internal, "exact-state invariant: state page count or bytes");
     }
-    if (n_block_refs != blobs_.stats().n_refs) return make_error(error_code::internal, "exact-state invariant: blob references");
+    // Held pages (hold_leading_pages) keep references of their own until an insert takes them.
+    if (n_block_refs + n_held_refs_ != blobs_.stats().n_refs) return make_error(error_code::internal, "exact-state invariant: blob references");
     return status::ok();
 }
 

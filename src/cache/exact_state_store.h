@@ -58,6 +58,16 @@ struct exact_state_stats {
     int64_t n_quarantines = 0;
 };
 
+// A stored KV page whose blocks a caller holds one reference on (hold_leading_pages),
+// to put into a new entry without its bytes.
+struct held_page {
+    int64_t              token_start = 0;
+    int64_t              token_count = 0;
+    std::string          page_id;
+    std::vector<blob_id> blobs;
+    int64_t              n_bytes = 0;
+};
+
 class exact_state_store {
 public:
     exact_state_store(radix_index & index, const exact_state_config & config);
@@ -77,6 +87,23 @@ public:
                                        std::vector<page_bytes> pages);
     // The same, copying the pages (the caller keeps them for other tiers).
     result<exact_insert_result> insert(const digest256 & ns, std::span<const token_id> tokens,
+                                       std::span<const page_bytes> pages);
+
+    // The leading KV pages an entry for (ns, tokens) can share with a stored entry,
+    // instead of exporting and hashing them again: the entry with the longest common
+    // prefix with tokens (any entry; the same tokens of the same namespace are the same
+    // KV bytes), its pages in order while page i lies inside that prefix and is named
+    // page_ids[i] and its blocks are all linked (none failed a verification). Each block
+    // of them is retained once: hand them to insert, which takes
+    // the references over, or to release_held. Changes no recency.
+    std::vector<held_page> hold_leading_pages(const digest256 & ns, std::span<const token_id> tokens,
+                                              std::span<const std::string> page_ids);
+    void release_held(std::span<const held_page> held);
+    // insert with the entry's first pages already stored: `held` (hold_leading_pages,
+    // contiguous from 0), then `pages` from where they end. Takes the held references
+    // over whatever the outcome (on a refusal or an entry already present they are
+    // released). The same requirements and errors as insert.
+    result<exact_insert_result> insert(const digest256 & ns, std::span<const token_id> tokens, std::vector<held_page> held,
                                        std::span<const page_bytes> pages);
 
     // The KV pages of entry id that start before max_tokens, and its state page when
@@ -138,6 +165,7 @@ private:
     int64_t                                               n_refused_ = 0;
     int64_t                                               n_evictions_ = 0;
     int64_t                                               n_quarantines_ = 0;
+    int64_t                                               n_held_refs_ = 0;  // block references out in held_pages
 };
 
 }  // namespace skippy::cache

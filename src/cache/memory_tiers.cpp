@@ -159,9 +159,11 @@ tier_record_result exact_tier::record(const tier_record_request & req) {
     return r;
 }
 
-tier_store_result exact_tier::store(const tier_store_request & req) {
+tier_store_result exact_tier::store(const tier_store_request & req) { return store(req, {}); }
+
+tier_store_result exact_tier::store(const tier_store_request & req, std::vector<held_page> held) {
     tier_store_result r;
-    auto ins = store_.insert(req.ns.hash, req.tokens, req.pages);
+    auto ins = store_.insert(req.ns.hash, req.tokens, std::move(held), req.pages);
     if (!ins.is_ok()) {
         r.state = tier_store_state::refused;
         r.error = ins.error().code();

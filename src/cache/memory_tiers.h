@@ -62,6 +62,9 @@ public:
     // covered when an entry holds exactly these tokens, else wants_pages.
     tier_record_result record(const tier_record_request & req) override;
     tier_store_result store(const tier_store_request & req) override;
+    // The same, the entry starting with `held` (exact_state_store::hold_leading_pages,
+    // whose references it takes over) and req.pages covering the rest.
+    tier_store_result store(const tier_store_request & req, std::vector<held_page> held);
     tier_evict_result evict(const tier_evict_request & req) override;
     tier_stats stats() const override;
 

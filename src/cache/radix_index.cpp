@@ -69,15 +69,16 @@ radix_index::walk_result radix_index::walk(const node * root, std::span<const to
 }
 
 match_result radix_index::match(const digest256 & ns, std::span<const token_id> tokens, entry_kind kind) const {
-    match_result m;
     auto root_it = roots_.find(ns);
-    if (root_it == roots_.end() || tokens.empty()) return m;
+    if (root_it == roots_.end() || tokens.empty()) return match_result{};
     const size_t ki = kind_index(kind);
     walk_result w = walk(root_it->second.get(), tokens);
+    return kind == entry_kind::exact_state ? checkpoint_on(w, ki) : common_on(w, ki);
+}
 
-    if (kind == entry_kind::exact_state) return checkpoint_on(w, ki);
-
-    // Resident: the deepest point on the query's path whose subtree holds an entry.
+match_result radix_index::common_on(const walk_result & w, size_t ki) {
+    match_result m;
+    // The deepest point on the query's path whose subtree holds an entry.
     // Subtree counts only grow towards the root, so walk up from where the query stopped.
     const node * serving = nullptr;
     if (w.partial && w.partial->n_subtree[ki] > 0) {
@@ -123,6 +124,12 @@ match_result radix_index::peek_checkpoint(const digest256 & ns, std::span<const 
     auto root_it = roots_.find(ns);
     if (root_it == roots_.end() || tokens.empty()) return match_result{};
     return checkpoint_on(walk(root_it->second.get(), tokens), kind_index(kind));
+}
+
+match_result radix_index::peek_common(const digest256 & ns, std::span<const token_id> tokens, entry_kind kind) const {
+    auto root_it = roots_.find(ns);
+    if (root_it == roots_.end() || tokens.empty()) return match_result{};
+    return common_on(walk(root_it->second.get(), tokens), kind_index(kind));
 }
 
 match_result radix_index::peek(const digest256 & ns, std::span<const token_id> tokens, entry_kind kind) const {

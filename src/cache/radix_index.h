@@ -113,6 +113,9 @@ public:
     // The deepest entry of `kind` that the query contains whole (exact-state matching,
     // for any kind). Changes nothing.
     match_result peek_checkpoint(const digest256 & ns, std::span<const token_id> tokens, entry_kind kind) const;
+    // An entry of `kind` sharing the longest common prefix with the query (resident
+    // matching, for any kind): matched_tokens is that prefix. Changes nothing.
+    match_result peek_common(const digest256 & ns, std::span<const token_id> tokens, entry_kind kind) const;
 
     // References: an entry with refs > 0 is never removed nor offered for eviction.
     // acquire: not_found for an unknown id. release: internal when refs is already 0
@@ -152,6 +155,7 @@ private:
     walk_result walk(const node * root, std::span<const token_id> tokens) const;
     match_result match(const digest256 & ns, std::span<const token_id> tokens, entry_kind kind) const;
     static match_result checkpoint_on(const walk_result & w, size_t kind_index);
+    static match_result common_on(const walk_result & w, size_t kind_index);
     void touch(entry_rec & e);
     void add_count(node * n, entry_kind kind, int64_t delta);
     void normalize(const digest256 & ns, node * n);

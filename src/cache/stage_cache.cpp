@@ -667,12 +667,19 @@ bool stage_cache::demote_locked(const evicted_resident & ev) {
     if (!config_.demote_on_evict || config_.exact_max_bytes <= 0) return false;
     auto ns = namespaces_.find(ev.ns);
     if (ns == namespaces_.end()) return false;
-    auto pages = export_pages(ns->second, ev.tokens, ev.blocks);
-    if (!pages.is_ok()) return false;
+    // Pages the tier holds already (a longer or shorter entry of the same prefix) are
+    // shared rather than exported and hashed again, here under the lock.
+    std::vector<held_page> held = exact_.hold_leading_pages(ev.ns, ev.tokens, page_ids(ns->second, ev.tokens));
+    const int64_t from = held.empty() ? 0 : held.back().token_start + held.back().token_count;
+    auto pages = export_pages(ns->second, ev.tokens, ev.blocks, from);
+    if (!pages.is_ok()) {
+        exact_.release_held(held);
+        return false;
+    }
     uint64_t bytes = 0;
     for (const page_bytes & p : *pages) bytes += p.bytes.size();
     const uint64_t n_pages = pages->size();
-    auto ins = exact_.insert(ev.ns, ev.tokens, std::move(*pages));
+    auto ins = exact_.insert(ev.ns, ev.tokens, std::move(held), *pages);
     if (ins.is_ok() && ins->inserted) {
         ++n_demotions_;
         totals_.kv_recorded_pages += n_pages;
@@ -682,11 +689,21 @@ bool stage_cache::demote_locked(const evicted_resident & ev) {
     return false;
 }
 
+std::vector<std::string> stage_cache::page_ids(const cache_namespace & ns, std::span<const token_id> tokens) const {
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    std::vector<std::string> ids;
+    for (int64_t start = 0; start < n; start += config_.exact_page_tokens) {
+        const int64_t count = std::min(config_.exact_page_tokens, n - start);
+        ids.push_back(page_id(ns, start, count, prefix_hash(ns, tokens.first(static_cast<size_t>(start + count)))));
+    }
+    return ids;
+}
+
 result<std::vector<page_bytes>> stage_cache::export_pages(const cache_namespace & ns, std::span<const token_id> tokens,
-                                                          std::span<const kv_block_id> blocks) const {
+                                                          std::span<const kv_block_id> blocks, int64_t from_token) const {
     const int64_t n = static_cast<int64_t>(tokens.size());
     std::vector<page_bytes> pages;
-    for (int64_t start = 0; start < n; start += config_.exact_page_tokens) {
+    for (int64_t start = from_token; start < n; start += config_.exact_page_tokens) {
         const int64_t count = std::min(config_.exact_page_tokens, n - start);
         SKIPPY_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, backend_.export_page(blocks, n, start, count));
         const digest256 h = prefix_hash(ns, tokens.first(static_cast<size_t>(start + count)));
@@ -972,9 +989,22 @@ void stage_cache::run_pending_records() {
 
 void stage_cache::run_record_job(const cache_namespace & ns, const std::vector<token_id> & tokens,
                                  std::span<const kv_block_id> blocks, page_wants wants, const state_snapshot_ptr & state) {
+    // The leading pages the exact-state tier holds already (the shorter checkpoint of a
+    // long prompt, the last turn of a growing history) are shared, not exported and
+    // hashed again: a record costs its new pages. The io tiers want every page's bytes.
+    std::vector<held_page> held;
+    if (wants.exact && !wants.disk && !wants.redis) {
+        const std::vector<std::string> ids = page_ids(ns, tokens);
+        std::lock_guard<std::mutex> lock(mutex_);
+        held = exact_.hold_leading_pages(ns.hash, tokens, ids);
+    }
+    const int64_t from = held.empty() ? 0 : held.back().token_start + held.back().token_count;
+    int64_t held_bytes = 0;
+    for (const held_page & h : held) held_bytes += h.n_bytes;
+    const int64_t n_held = static_cast<int64_t>(held.size());
     // Export without the lock: the snapshot's references keep the blocks unchanged
     // (a session writing on copies a shared block first).
-    auto pages = export_pages(ns, tokens, blocks);
+    auto pages = export_pages(ns, tokens, blocks, from);
     int64_t state_bytes = 0;
     if (pages.is_ok() && state) {
         // Serialized here, not on the request thread: encoding and hashing megabytes of
@@ -1004,12 +1034,15 @@ void stage_cache::run_record_job(const cache_namespace & ns, const std::vector<t
         {
             std::lock_guard<std::mutex> lock(mutex_);
             if (!pages.is_ok()) {
+                exact_.release_held(held);
                 ++n_records_failed_;
                 ev.text<attr::exact_record>("error").text<attr::kv_error_class>(error_class_name(pages.error().code()));
             } else {
-                ev.num<attr::exact_pages>(static_cast<int64_t>(pages->size())).num<attr::exact_page_bytes>(page_bytes_total);
+                ev.num<attr::exact_pages>(static_cast<int64_t>(pages->size()) + n_held)
+                    .num<attr::exact_page_bytes>(page_bytes_total + held_bytes)
+                    .num<attr::exact_shared_pages>(n_held);
                 if (state) ev.num<attr::exact_state_bytes>(state_bytes);
-                const tier_store_result st = exact_tier_.store(tier_store_request{ns, tokens, *pages});
+                const tier_store_result st = exact_tier_.store(tier_store_request{ns, tokens, *pages}, std::move(held));
                 if (st.state == tier_store_state::refused) {
                     ++n_records_failed_;
                     ev.text<attr::exact_record>("refused").text<attr::kv_error_class>(error_class_name(st.error));

@@ -79,6 +79,121 @@ TEST(exact_state_store, SharedPrefixPagesAreStoredOnce) {
     EXPECT_INVARIANTS(store);
 }
 
+std::vector<std::string> ids_of(const std::vector<page_bytes> & pages) {
+    std::vector<std::string> ids;
+    for (const page_bytes & p : pages) ids.push_back(p.page_id);
+    return ids;
+}
+
+// A record of b after a: b's pages inside the prefix it shares with a are taken from a's
+// entry by reference (no bytes handed in), and b reads back exactly its own pages.
+TEST(exact_state_store, HeldLeadingPagesEnterAnEntryWithoutTheirBytes) {
+    radix_index ix;
+    exact_state_store store(ix, limits(10000, 10000));
+    toks a{1, 2, 3, 4, 5, 6};
+    toks b{1, 2, 3, 4, 9};
+    ASSERT_TRUE(store.insert(ns_of(1), a, pages_for(a)).is_ok());
+    const int64_t refs_before = store.stats().blobs.n_refs;
+    const auto b_pages = pages_for(b);
+    std::vector<held_page> held = store.hold_leading_pages(ns_of(1), b, ids_of(b_pages));
+    ASSERT_EQ(held.size(), 2u);  // [0,2) [2,4); a's [4,6) is past the common prefix
+    EXPECT_EQ(held[1].token_start, 2);
+    EXPECT_EQ(store.stats().blobs.n_refs, refs_before + 4);  // two 8-byte blocks per page
+    auto r = store.insert(ns_of(1), b, std::move(held), std::span<const page_bytes>(b_pages).subspan(2));
+    ASSERT_TRUE(r.is_ok()) << r.error().to_string();
+    EXPECT_TRUE(r->inserted);
+    EXPECT_INVARIANTS(store);
+    // The same bytes and the same physical and logical totals as an insert of all pages.
+    auto back = store.read_pages(r->id, 5);
+    ASSERT_TRUE(back.is_ok());
+    ASSERT_EQ(back->size(), 3u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ((*back)[i].bytes, b_pages[i].bytes) << i;
+    EXPECT_EQ(store.stats().blobs.logical_bytes, (6 + 5) * 8);
+    EXPECT_EQ(store.stats().blobs.physical_bytes, (6 + 1) * 8);
+    // b keeps its shared pages when a goes.
+    const match_result ma = ix.peek(ns_of(1), a, entry_kind::exact_state);
+    ASSERT_TRUE(store.evict(ma.id).is_ok());
+    back = store.read_pages(r->id, 5);
+    ASSERT_TRUE(back.is_ok());
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ((*back)[i].bytes, b_pages[i].bytes) << i;
+    EXPECT_EQ(store.stats().blobs.physical_bytes, 5 * 8);
+    EXPECT_INVARIANTS(store);
+    EXPECT_INVARIANTS(ix);
+}
+
+// Holding stops at the first page that is not the stored one: another id, past the
+// common prefix, another namespace; nothing is held from an empty store.
+TEST(exact_state_store, HoldStopsAtThePagesTheRecordDoesNotShare) {
+    radix_index ix;
+    exact_state_store store(ix, limits(10000, 10000));
+    toks a{1, 2, 3, 4, 5, 6};
+    EXPECT_TRUE(store.hold_leading_pages(ns_of(1), a, ids_of(pages_for(a))).empty());
+    ASSERT_TRUE(store.insert(ns_of(1), a, pages_for(a)).is_ok());
+    const int64_t refs = store.stats().blobs.n_refs;
+    auto ids = ids_of(pages_for(a));
+    ids[1] = "other";
+    auto held = store.hold_leading_pages(ns_of(1), a, ids);
+    EXPECT_EQ(held.size(), 1u);
+    store.release_held(held);
+    EXPECT_TRUE(store.hold_leading_pages(ns_of(2), a, ids_of(pages_for(a))).empty());
+    toks c{1, 2, 3, 7, 7, 7};  // shares 3 tokens: only [0,2) lies inside
+    held = store.hold_leading_pages(ns_of(1), c, ids_of(pages_for(c)));
+    EXPECT_EQ(held.size(), 1u);
+    store.release_held(held);
+    EXPECT_EQ(store.stats().blobs.n_refs, refs);
+    EXPECT_INVARIANTS(store);
+}
+
+// A block that failed a verification is not shared: the record exports that page
+// afresh instead of taking a bad block into a new entry.
+TEST(exact_state_store, HoldStopsAtABlockThatFailedVerification) {
+    radix_index ix;
+    exact_state_store store(ix, limits(10000, 10000));
+    toks a{1, 2, 3, 4, 5, 6};
+    auto ins = store.insert(ns_of(1), a, pages_for(a));
+    ASSERT_TRUE(ins.is_ok());
+    const auto blobs = store.blobs_for_testing(ins->id);
+    ASSERT_EQ(blobs.size(), 6u);  // two blocks per page
+    ASSERT_TRUE(store.corrupt_for_testing(blobs[2], 0));  // page [2,4)
+    const int64_t refs = store.stats().blobs.n_refs;
+    auto held = store.hold_leading_pages(ns_of(1), a, ids_of(pages_for(a)));
+    EXPECT_EQ(held.size(), 3u);  // not known bad yet
+    store.release_held(held);
+    EXPECT_EQ(store.verify(ins->id).code(), error_code::integrity);
+    held = store.hold_leading_pages(ns_of(1), a, ids_of(pages_for(a)));
+    EXPECT_EQ(held.size(), 1u);
+    store.release_held(held);
+    EXPECT_EQ(store.stats().blobs.n_refs, refs);
+    EXPECT_INVARIANTS(store);
+}
+
+// Whatever insert does with them, the held references do not leak: an entry already
+// there, pages that do not line up after the held ones, a tier that is off.
+TEST(exact_state_store, InsertGivesHeldReferencesBackWhenItStoresNothing) {
+    radix_index ix;
+    exact_state_store store(ix, limits(10000, 10000));
+    toks a{1, 2, 3, 4, 5, 6};
+    toks b{1, 2, 3, 4, 9};
+    ASSERT_TRUE(store.insert(ns_of(1), a, pages_for(a)).is_ok());
+    ASSERT_TRUE(store.insert(ns_of(1), b, pages_for(b)).is_ok());
+    const int64_t refs = store.stats().blobs.n_refs;
+    const auto b_pages = pages_for(b);
+    auto held = store.hold_leading_pages(ns_of(1), b, ids_of(b_pages));
+    ASSERT_EQ(held.size(), 3u);  // all of b's own entry
+    EXPECT_GT(store.stats().blobs.n_refs, refs);
+    auto present = store.insert(ns_of(1), b, std::move(held), {});
+    ASSERT_TRUE(present.is_ok());
+    EXPECT_FALSE(present->inserted);
+    EXPECT_EQ(store.stats().blobs.n_refs, refs);
+    toks d{1, 2, 3, 4, 8, 8};
+    const auto d_pages = pages_for(d);
+    auto gap = store.insert(ns_of(1), d, store.hold_leading_pages(ns_of(1), d, ids_of(d_pages)),
+                            std::span<const page_bytes>(d_pages).subspan(1));  // [2,4) twice
+    EXPECT_EQ(gap.error().code(), error_code::invalid_argument);
+    EXPECT_EQ(store.stats().blobs.n_refs, refs);
+    EXPECT_INVARIANTS(store);
+}
+
 TEST(exact_state_store, SecondInsertOfTheSamePathReturnsTheEntry) {
     radix_index ix;
     exact_state_store store(ix, limits(1000, 1000));

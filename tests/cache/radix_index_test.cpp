@@ -105,6 +105,23 @@ TEST(radix_index, ExactStateServesOnlyWholeCheckpointsOnThePath) {
     EXPECT_EQ(ix.peek(ns, toks{1, 2, 3, 9}, R).id, no_entry);  // kinds do not mix
 }
 
+// peek_common: the longest common prefix with any entry of the kind, exact state
+// included (what a record can share), and no recency change.
+TEST(radix_index, PeekCommonServesTheLongestCommonPrefixOfAnyKind) {
+    radix_index ix;
+    const digest256 ns = ns_of(1);
+    ix.insert(ns, toks{1, 2}, E);
+    auto long_cp = ix.insert(ns, toks{1, 2, 3, 4}, E);
+    match_result m = ix.peek_common(ns, toks{1, 2, 3, 9}, E);
+    EXPECT_EQ(m.id, long_cp.id);  // [1 2 3 4] diverges after 3 tokens, which it shares
+    EXPECT_EQ(m.matched_tokens, 3);
+    EXPECT_EQ(m.entry_tokens, 4);
+    EXPECT_EQ(ix.peek_common(ns, toks{7}, E).id, no_entry);
+    EXPECT_EQ(ix.peek_common(ns, toks{1, 2, 3}, R).id, no_entry);  // kinds do not mix
+    EXPECT_EQ(ix.peek_common(ns_of(2), toks{1, 2, 3}, E).id, no_entry);
+    EXPECT_INVARIANTS(ix);
+}
+
 TEST(radix_index, NamespacesAreIsolated) {
     radix_index ix;
     ix.insert(ns_of(1), toks{1, 2, 3}, R);

@@ -211,6 +211,36 @@ TEST_F(stage_cache_fake, ExactStateServesWhenTheResidentEntryIsGone) {
     check();
 }
 
+// A growing history: the next turn's record shares the exact-state pages the last
+// turn's entry holds (not exported and hashed again), and a restore from that tier
+// alone still gives the KV of a cold run (request() checks it).
+TEST_F(stage_cache_fake, ARecordSharesTheLeadingPagesTheExactTierHolds) {
+    toks p = run_of(10, 10);
+    request(0, p);
+    end_request(0);
+    cache->wait_for_records();
+    EXPECT_EQ(sink->last(exact_store_event_name, "skippy.exact_cache.shared_pages"), "0");
+    const toks longer = concat(p, run_of(50, 6));
+    request(1, longer);
+    end_request(1);
+    cache->wait_for_records();
+    EXPECT_EQ(sink->last(exact_store_event_name, "skippy.exact_cache.record"), "stored");
+    // [0,4) [4,8) shared; [8,12) (the first entry's page was [8,10)) and [12,16) exported.
+    EXPECT_EQ(sink->last(exact_store_event_name, "skippy.exact_cache.shared_pages"), "2");
+    EXPECT_EQ(sink->last(exact_store_event_name, "skippy.exact_cache.pages"), "4");
+    // The resident entries go; both turns restore from the exact-state tier.
+    EXPECT_TRUE(cache->make_room_for_write(2, 0, 64).enough);
+    ASSERT_TRUE(backend.truncate_session(2, 0).is_ok());
+    restore_result r = request(0, longer, false);
+    EXPECT_EQ(r.tier, cache_tier::exact_state);
+    EXPECT_EQ(r.restored_tokens, 15);
+    end_request(0);
+    r = request(1, p, false);
+    EXPECT_EQ(r.tier, cache_tier::exact_state);
+    EXPECT_EQ(r.restored_tokens, 9);
+    check();
+}
+
 TEST_F(stage_cache_fake, RecordsAreNeverWaitedForAndWaitInAQueue) {
     testing::worker_gate gate(*cache);
     const toks a = run_of(10, 8), b = run_of(100, 8), c = run_of(200, 8);

@@ -85,6 +85,14 @@ std::vector<std::string> ids_of(const std::vector<page_bytes> & pages) {
     return ids;
 }
 
+// How many leading pages of t (named ids) the store would share; they are held, counted
+// and given back.
+size_t shareable_pages(exact_state_store & store, uint8_t ns, const toks & t, const std::vector<std::string> & ids) {
+    const std::vector<held_page> held = store.hold_leading_pages(ns_of(ns), t, ids);
+    store.release_held(held);
+    return held.size();
+}
+
 // A record of b after a: b's pages inside the prefix it shares with a are taken from a's
 // entry by reference (no bytes handed in), and b reads back exactly its own pages.
 TEST(exact_state_store, HeldLeadingPagesEnterAnEntryWithoutTheirBytes) {
@@ -127,19 +135,15 @@ TEST(exact_state_store, HoldStopsAtThePagesTheRecordDoesNotShare) {
     radix_index ix;
     exact_state_store store(ix, limits(10000, 10000));
     toks a{1, 2, 3, 4, 5, 6};
-    EXPECT_TRUE(store.hold_leading_pages(ns_of(1), a, ids_of(pages_for(a))).empty());
+    EXPECT_EQ(shareable_pages(store, 1, a, ids_of(pages_for(a))), 0u);
     ASSERT_TRUE(store.insert(ns_of(1), a, pages_for(a)).is_ok());
     const int64_t refs = store.stats().blobs.n_refs;
     auto ids = ids_of(pages_for(a));
     ids[1] = "other";
-    auto held = store.hold_leading_pages(ns_of(1), a, ids);
-    EXPECT_EQ(held.size(), 1u);
-    store.release_held(held);
-    EXPECT_TRUE(store.hold_leading_pages(ns_of(2), a, ids_of(pages_for(a))).empty());
+    EXPECT_EQ(shareable_pages(store, 1, a, ids), 1u);
+    EXPECT_EQ(shareable_pages(store, 2, a, ids_of(pages_for(a))), 0u);
     toks c{1, 2, 3, 7, 7, 7};  // shares 3 tokens: only [0,2) lies inside
-    held = store.hold_leading_pages(ns_of(1), c, ids_of(pages_for(c)));
-    EXPECT_EQ(held.size(), 1u);
-    store.release_held(held);
+    EXPECT_EQ(shareable_pages(store, 1, c, ids_of(pages_for(c))), 1u);
     EXPECT_EQ(store.stats().blobs.n_refs, refs);
     EXPECT_INVARIANTS(store);
 }
@@ -156,19 +160,15 @@ TEST(exact_state_store, HoldStopsAtABlockThatFailedVerification) {
     ASSERT_EQ(blobs.size(), 6u);  // two blocks per page
     ASSERT_TRUE(store.corrupt_for_testing(blobs[2], 0));  // page [2,4)
     const int64_t refs = store.stats().blobs.n_refs;
-    auto held = store.hold_leading_pages(ns_of(1), a, ids_of(pages_for(a)));
-    EXPECT_EQ(held.size(), 3u);  // not known bad yet
-    store.release_held(held);
+    EXPECT_EQ(shareable_pages(store, 1, a, ids_of(pages_for(a))), 3u);  // not known bad yet
     EXPECT_EQ(store.verify(ins->id).code(), error_code::integrity);
-    held = store.hold_leading_pages(ns_of(1), a, ids_of(pages_for(a)));
-    EXPECT_EQ(held.size(), 1u);
-    store.release_held(held);
+    EXPECT_EQ(shareable_pages(store, 1, a, ids_of(pages_for(a))), 1u);
     EXPECT_EQ(store.stats().blobs.n_refs, refs);
     EXPECT_INVARIANTS(store);
 }
 
 // Whatever insert does with them, the held references do not leak: an entry already
-// there, pages that do not line up after the held ones, a tier that is off.
+// there, pages that do not line up after the held ones.
 TEST(exact_state_store, InsertGivesHeldReferencesBackWhenItStoresNothing) {
     radix_index ix;
     exact_state_store store(ix, limits(10000, 10000));

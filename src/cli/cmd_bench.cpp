@@ -73,7 +73,7 @@ struct stream_run {
         return tokens.size() < 2 ? 0 : static_cast<double>(tokens.size() - 1) / seconds_between(tokens.front(), tokens.back());
     }
     // Between two requests is a first token, not an inter-token gap.
-    bool starts_request(size_t i) const { return std::find(request_starts.begin(), request_starts.end(), i) != request_starts.end(); }
+    bool starts_request(size_t i) const { return std::binary_search(request_starts.begin(), request_starts.end(), i); }  // ascending
     std::vector<double> gaps_ms() const {
         std::vector<double> g;
         for (size_t i = 1; i < tokens.size(); ++i) {

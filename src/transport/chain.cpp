@@ -20,7 +20,9 @@ struct chain_pipeline::lane_state final : chain_restore::chain_i {
 
     // chain_restore::chain_i
     protocol::request make_request(message_kind kind, int64_t pos_start) override { return self.make_request(*this, kind, pos_start); }
-    status roundtrip(protocol::request req, protocol::reply & reply) override { return self.roundtrip(*this, std::move(req), reply); }
+    status roundtrip(protocol::request req, protocol::reply & reply, const std::function<void()> & meanwhile) override {
+        return self.roundtrip(*this, std::move(req), reply, meanwhile);
+    }
     void add_counters(const cache::cache_counters & c) override { add_cache_counters(stats, c); }
 
     chain_pipeline &         self;
@@ -379,11 +381,11 @@ status chain_pipeline::upstream_reason(lane_state & ls, const status & fallback)
     return fallback;
 }
 
-status chain_pipeline::roundtrip(lane_state & ls, protocol::request req, protocol::reply & reply) {
+status chain_pipeline::roundtrip(lane_state & ls, protocol::request req, protocol::reply & reply, const std::function<void()> & meanwhile) {
     // Every step holding this lane must have reached stage 1 first (batch_link.h).
     if (batch_) batch_->wait_idle(ls.index);
     uint32_t forward_us = 0;
-    SKIPPY_TRY(ls.forward.roundtrip(req, reply, &forward_us));
+    SKIPPY_TRY(ls.forward.roundtrip(req, reply, &forward_us, meanwhile));
     ls.stats.max_forward_us = std::max(ls.stats.max_forward_us, forward_us);
     ls.stats = protocol::merge_stats(ls.stats, reply.stats);
     return status::ok();

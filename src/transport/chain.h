@@ -118,7 +118,7 @@ private:
     void close_links(lane_state & ls);  // marks the lane broken
     status configure_lane(lane_state & ls, const sampling_config & sampling, std::string_view cache_key);
     status upstream_reason(lane_state & ls, const status & fallback);
-    status roundtrip(lane_state & ls, protocol::request req, protocol::reply & reply);
+    status roundtrip(lane_state & ls, protocol::request req, protocol::reply & reply, const std::function<void()> & meanwhile = {});
     protocol::request make_request(lane_state & ls, protocol::message_kind kind, int64_t pos_start) const;
     status prefill_range(int32_t lane, int64_t pos_start, std::span<const token_id> tokens, int32_t chunk_tokens);
     result<token_id> decode_with_restore(int32_t lane, int64_t pos, token_id token);

@@ -1,6 +1,8 @@
 #include "transport/chain_restore.h"
 #include "transport/convert.h"
 
+#include <optional>
+
 namespace skippy::transport {
 
 using protocol::message_kind;
@@ -49,14 +51,25 @@ status chain_restore::restore_everywhere(int64_t n) {
     protocol::request restore = chain_.make_request(message_kind::try_restore_prefill, 0);
     restore.tokens.assign(query.begin(), query.end());
     const cache_call call{restore.request_id, restore.kind};
-    SKIPPY_TRY(chain_.roundtrip(std::move(restore), reply));
-    if (reply.outcome != protocol::ack_outcome::hit) return status::ok();  // everyone below rolled back
-    const auto r = session_.cache().restore(query, n, cache::lookup_kind::try_restore, false, call);
-    chain_.add_counters(r.counters);
-    if (r.outcome == cache::lookup_outcome::hit && r.restored_tokens == n) {
+    // Stage 0 restores its part while the request is on its way down: the stages'
+    // imports (megabytes, each page's SHA-256 checked) overlap instead of adding up.
+    // Whichever side missed is undone.
+    std::optional<cache::restore_result> here;
+    const status sent = chain_.roundtrip(std::move(restore), reply, [&] {
+        here = session_.cache().restore(query, n, cache::lookup_kind::try_restore, false, call);
+    });
+    if (here) chain_.add_counters(here->counters);
+    const bool here_hit = here && here->outcome == cache::lookup_outcome::hit && here->restored_tokens == n;
+    if (!sent.is_ok() || reply.outcome != protocol::ack_outcome::hit) {
+        // Everyone below rolled back (or the chain failed): so does stage 0.
+        if (here && here->restored_tokens > 0) session_.cache().rollback();
+        return sent;
+    }
+    if (here_hit) {
         restored_ = n;
         return status::ok();
     }
+    if (here && here->restored_tokens > 0) session_.cache().rollback();
     protocol::request trim = chain_.make_request(message_kind::trim_session, 0);
     return chain_.roundtrip(std::move(trim), reply);
 }

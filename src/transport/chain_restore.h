@@ -5,9 +5,10 @@
 //
 //   plan     stage 0 probes itself, then ProbePrefill down the chain: R tokens
 //   commit   R = n - 1  -> deferred: TryRestorePrefillDecode on the first decode
-//            otherwise  -> TryRestorePrefill down the chain, then stage 0 itself
-//   undo     a miss below rolls the stages above it back (they do it themselves);
-//            stage 0 missing after a chain hit sends TrimSession(0)
+//            otherwise  -> TryRestorePrefill down the chain, stage 0 restoring
+//                          itself while it travels (the imports overlap)
+//   undo     a miss below rolls the stages above it back (they do it themselves,
+//            stage 0 too); stage 0 missing after a chain hit sends TrimSession(0)
 //
 // With one stage there is no chain: stage 0 restores the longest prefix it holds.
 #pragma once
@@ -30,8 +31,9 @@ public:
         virtual ~chain_i() = default;
         virtual protocol::request make_request(protocol::message_kind kind, int64_t pos_start) = 0;
         // A synchronous request down the chain; the reply's stats are merged into the
-        // request's.
-        virtual status roundtrip(protocol::request req, protocol::reply & reply) = 0;
+        // request's. `meanwhile` (optional) runs once the request is sent, before its
+        // reply is read (downstream_link::roundtrip).
+        virtual status roundtrip(protocol::request req, protocol::reply & reply, const std::function<void()> & meanwhile = {}) = 0;
         // Stage 0's own cache counters, for the request's stats.
         virtual void add_counters(const cache::cache_counters & c) = 0;
     };

@@ -102,13 +102,15 @@ status downstream_link::send_streamed(const protocol::request & r, uint32_t * fo
     return status::ok();
 }
 
-status downstream_link::roundtrip(const protocol::request & r, protocol::reply & reply, uint32_t * forward_us) {
+status downstream_link::roundtrip(const protocol::request & r, protocol::reply & reply, uint32_t * forward_us,
+                                  const std::function<void()> & meanwhile) {
     const auto t0 = clock::now();
     SKIPPY_TRY(ensure_connected());
     while (!outstanding_.empty()) SKIPPY_TRY(read_oldest_ack());
     SKIPPY_TRY(link_.send_request(r));
     heartbeat_.on_traffic(clock::now());
     if (forward_us) *forward_us = measured_us_since(t0);
+    if (meanwhile) meanwhile();
     const int64_t n_tokens = static_cast<int64_t>(r.tokens.size());
     const auto deadline = clock::now() + step_budget(link_.options().liveness, n_tokens, n_hops_);
     bool ours = false;

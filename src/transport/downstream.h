@@ -57,7 +57,10 @@ public:
 
     // Connects if needed, waits until every streamed request is acknowledged, sends `r`
     // and reads its reply. *forward_us as for send_streamed (the reply is not counted).
-    status roundtrip(const protocol::request & r, protocol::reply & reply, uint32_t * forward_us);
+    // `meanwhile`, when given, runs once `r` is sent and before its reply is read (work
+    // of this stage that overlaps the stages below); it runs only if the send succeeded.
+    status roundtrip(const protocol::request & r, protocol::reply & reply, uint32_t * forward_us,
+                     const std::function<void()> & meanwhile = {});
 
     // For a connected link that is idle (nothing outstanding, and the owner has no
     // request of its own in progress on it): sends a Heartbeat once the link has been

@@ -747,6 +747,34 @@ std::vector<int64_t> stage_cache::prefill_checkpoints(int64_t pos_start, int64_t
     return cache::prefill_checkpoints(pos_start, n_tokens, config_.checkpoint_tokens, config_.min_tokens);
 }
 
+std::vector<int64_t> stage_cache::prefill_checkpoints(const cache_namespace & ns, int32_t session, int64_t pos_start,
+                                                     std::span<const token_id> chunk) const {
+    const int64_t n = static_cast<int64_t>(chunk.size());
+    std::vector<int64_t> out = prefill_checkpoints(pos_start, n);
+    if (!recurrent_ || !records_enabled() || config_.checkpoint_tokens <= 0 || n == 0) return out;
+    std::vector<token_id> tokens;
+    int64_t branch = 0;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        const std::span<const token_id> before = accumulator_.tokens(session);
+        if (static_cast<int64_t>(before.size()) != pos_start) return out;
+        tokens.reserve(before.size() + chunk.size());
+        tokens.assign(before.begin(), before.end());
+        tokens.insert(tokens.end(), chunk.begin(), chunk.end());
+        branch = index_.peek_common(ns.hash, tokens, entry_kind::exact_state).matched_tokens;
+        // Inside the chunk (a path the whole chunk follows leaves it later, or is the
+        // prompt itself, whose end is recorded anyway), and not restorable already.
+        if (branch <= pos_start || branch >= pos_start + n || branch < config_.min_tokens ||
+            index_.peek(ns.hash, std::span<const token_id>(tokens).first(static_cast<size_t>(branch)), entry_kind::exact_state)
+                    .matched_tokens == branch) {
+            return out;
+        }
+    }
+    out.insert(std::lower_bound(out.begin(), out.end(), branch), branch);
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+}
+
 record_result stage_cache::record_checkpoint(const record_request & req, int64_t n_tokens, state_snapshot_ptr state) {
     std::vector<token_id> tokens;
     {

@@ -15,7 +15,7 @@
 //   make_room_for_write(lane, R, chunk)               before each forward
 //   note_prefill(lane, pos_start, chunk_tokens)       after each prefilled chunk and decoded token
 //   record_checkpoint(..., n, snapshot)               recurrent layers: each snapshot a chunk took
-//                                                     at prefill_checkpoints(pos_start, n_tokens)
+//                                                     at prefill_checkpoints(ns, lane, pos_start, chunk)
 //   record(ns, lane, record_reason::final_prefill)    after the final chunk
 //   record(ns, lane, record_reason::stop)             at Stop: prompt + decoded tokens (only if more was added)
 #pragma once
@@ -276,6 +276,13 @@ public:
     // [pos_start, pos_start + n_tokens) at which the stage should snapshot its state
     // (checkpoint_policy.h with checkpoint_tokens and min_tokens). Empty elsewhere.
     std::vector<int64_t> prefill_checkpoints(int64_t pos_start, int64_t n_tokens) const;
+    // The same for a chunk of a session's prompt, plus its branch point when that falls
+    // inside the chunk: where the prompt leaves every path the exact-state tier holds,
+    // when no entry ends there (checkpoint_policy.h). A later prompt sharing this one's
+    // prefix up to there then restores all of it, not the checkpoint before it.
+    // Without the session's earlier chunks noted (note_prefill), the plain lengths.
+    std::vector<int64_t> prefill_checkpoints(const cache_namespace & ns, int32_t session, int64_t pos_start,
+                                             std::span<const token_id> chunk) const;
     // Records the session's first n_tokens accumulated tokens with `state`, the snapshot
     // the stage took at that length while it computed them (reason checkpoint).
     // REQUIRES: the chunk holding them was noted (note_prefill). Nothing (no event) when

@@ -112,9 +112,9 @@ void lane_cache::rollback() {
     if (cache()) cache()->rollback_session(lane_);
 }
 
-std::vector<int64_t> lane_cache::prefill_checkpoints(int64_t pos_start, int64_t n_tokens) const {
+std::vector<int64_t> lane_cache::prefill_checkpoints(int64_t pos_start, std::span<const token_id> chunk) const {
     if (!records()) return {};
-    return cache()->prefill_checkpoints(pos_start, n_tokens);
+    return cache()->prefill_checkpoints(*ns_, lane_, pos_start, chunk);
 }
 
 cache::cache_counters lane_cache::record_checkpoints(std::vector<recurrent_state> captured, cache_call call) {

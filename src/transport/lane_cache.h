@@ -63,8 +63,9 @@ public:
 
     void rollback();
     // Stages with recurrent layers, records on: the lengths at which the stage should
-    // snapshot its state while it computes prompt tokens [pos_start, +n_tokens).
-    std::vector<int64_t> prefill_checkpoints(int64_t pos_start, int64_t n_tokens) const;
+    // snapshot its state while it computes the prompt chunk at pos_start (with its
+    // branch point, stage_cache::prefill_checkpoints).
+    std::vector<int64_t> prefill_checkpoints(int64_t pos_start, std::span<const token_id> chunk) const;
     // Records the snapshots the stage took (stage::take_captures), after their chunk
     // was noted. Returns the counters to report.
     cache::cache_counters record_checkpoints(std::vector<recurrent_state> captured, cache_call call);

@@ -71,7 +71,7 @@ void session_lanes::before(step_item & item, std::span<float> out) {
     lane_session & s = *sessions_(item.lane);
     s.step_counters = {};
     if (item.kind == step_kind::decode) return;
-    item.checkpoints = s.prefill_checkpoints(item.pos_start, static_cast<int64_t>(item.tokens.size()));
+    item.checkpoints = s.prefill_checkpoints(item.pos_start, item.tokens);
     if (!in_band_) return;
     const auto found =
         s.lookup_chunk(item.pos_start, item.tokens, item.kind == step_kind::prefill_final, out, s.step_counters, item.request_id);

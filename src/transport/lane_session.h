@@ -73,11 +73,11 @@ public:
     // record and, on a non-final stage at position 0, records the frame it forwards.
     void note_computed(int64_t pos_start, std::span<const token_id> tokens, std::span<const float> rows);
     // Stages with recurrent layers: the lengths at which to snapshot the state while
-    // computing prompt tokens [pos_start, +n_tokens) (step_item::checkpoints), and the
+    // computing the prompt chunk at pos_start (step_item::checkpoints), and the
     // records of the snapshots the stage took (after note_computed). Returns the
     // records' counters.
-    std::vector<int64_t> prefill_checkpoints(int64_t pos_start, int64_t n_tokens) const {
-        return cache_.prefill_checkpoints(pos_start, n_tokens);
+    std::vector<int64_t> prefill_checkpoints(int64_t pos_start, std::span<const token_id> chunk) const {
+        return cache_.prefill_checkpoints(pos_start, chunk);
     }
     cache::cache_counters record_checkpoints(uint64_t request_id, protocol::message_kind kind);
 

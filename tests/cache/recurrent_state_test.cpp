@@ -168,7 +168,7 @@ struct recurrent_stage : testing::stage_cache_fixture<fake_recurrent_backend> {
         }
         while (pos < n) {
             int64_t m = std::min(chunk, n - pos);
-            const std::vector<int64_t> cps = cache->prefill_checkpoints(pos, m);
+            const std::vector<int64_t> cps = cache->prefill_checkpoints(ns, session, pos, toks(prompt.begin() + pos, prompt.begin() + pos + m));
             int64_t end = pos + m;
             std::vector<int64_t> stops(cps.begin(), cps.end());
             stops.push_back(end);
@@ -229,6 +229,37 @@ TEST_F(recurrent_stage, RestoresTheLongestStoredCheckpointInsideTheSharedPrefix)
     EXPECT_EQ(r.outcome, lookup_outcome::miss);
     expect_exact(0, c, static_cast<int64_t>(c.size()) - 1);
     cache->wait_for_records();
+    check();
+}
+
+// A prompt that leaves the stored paths between checkpoints snapshots its state where it
+// leaves them (its branch point): the first such prompt computes from the checkpoint
+// before, the next ones restore the whole shared prefix.
+TEST_F(recurrent_stage, APromptSnapshotsWhereItLeavesTheStoredPaths) {
+    const toks a = testing::run_of(100, 30);  // checkpoints 8, 16, 24, the end 29
+    request(0, a);
+    cache->wait_for_records();
+    const toks b = testing::concat(first_of(a, 20), testing::run_of(500, 10));
+    EXPECT_EQ(cache->prefill_checkpoints(ns, 1, 0, first_of(b, 5)), std::vector<int64_t>{}) << "no session noted yet: plain";
+    restore_result r = request(1, b);
+    EXPECT_EQ(r.restored_tokens, 16);
+    expect_exact(1, b, static_cast<int64_t>(b.size()) - 1);
+    cache->wait_for_records();
+    // b's chunk [16, 21) held its branch point, 20: a third prompt restores all 20.
+    EXPECT_EQ(cache->stats().n_state_records, 4 + 3) << "a's 4, then b's 20, 24 and end";
+    const toks c = testing::concat(first_of(a, 20), testing::run_of(700, 12));
+    r = request(2, c);
+    EXPECT_EQ(r.restored_tokens, 20);
+    EXPECT_EQ(r.tier, cache_tier::exact_state);
+    expect_exact(2, c, static_cast<int64_t>(c.size()) - 1);
+    cache->wait_for_records();
+    // c leaves the stored paths at 20, where an entry ends now: nothing more is asked.
+    EXPECT_EQ(cache->stats().n_state_records, 7 + 2) << "c's 24 and end";
+    // A prompt that follows a stored path through the whole chunk has no branch inside it.
+    cache->reset_session(0);
+    ASSERT_TRUE(backend.truncate_session(0, 0).is_ok());
+    cache->note_prefill(0, 0, first_of(a, 5));
+    EXPECT_EQ(cache->prefill_checkpoints(ns, 0, 5, toks(a.begin() + 5, a.begin() + 10)), std::vector<int64_t>{8});
     check();
 }
 

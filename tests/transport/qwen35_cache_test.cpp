@@ -80,7 +80,8 @@ TEST_P(qwen35_cache, CacheOnGivesTheTokensOfCacheOffAndRestoresAtCheckpoints) {
     turn(a);                                                                              // 2: repeat
     turn(concat(concat(a, got[2].tokens), tokens_of(10, 3)));                             // 3: the next turn
     turn(tokens_of(60, 4));                                                               // 4: unrelated
-    ASSERT_EQ(got.size(), 5u);
+    turn(concat(std::vector<token_id>(a.begin(), a.begin() + 70), tokens_of(30, 5)));     // 5: shares 70 again
+    ASSERT_EQ(got.size(), 6u);
 
     const uint64_t all_stages = (uint64_t(1) << n_stages) - 1;
     EXPECT_EQ(got[0].cached, 0);
@@ -92,6 +93,8 @@ TEST_P(qwen35_cache, CacheOnGivesTheTokensOfCacheOffAndRestoresAtCheckpoints) {
     EXPECT_EQ(got[3].cached, 107) << "the answer's end: the prompt and all but the last generated token";
     EXPECT_EQ(got[4].cached, 0);
     EXPECT_EQ(got[4].stats.kv_hit_stage_mask, 0u);
+    EXPECT_EQ(got[5].cached, 70) << "turn 1 snapshotted where it left a's path (its branch point)";
+    EXPECT_EQ(got[5].stats.kv_hit_stage_mask, all_stages);
 
     // Each stage restored from the tier its layers allow: exact state with its snapshot
     // where they recur, KV in the resident tier where they only attend.
@@ -106,8 +109,8 @@ TEST_P(qwen35_cache, CacheOnGivesTheTokensOfCacheOffAndRestoresAtCheckpoints) {
         } else {
             EXPECT_EQ(st.n_resident_restores, 0) << "stage " << s;
             EXPECT_EQ(st.index.n_entries[static_cast<size_t>(cache::entry_kind::resident)], 0) << "stage " << s;
-            EXPECT_EQ(st.n_exact_restores, 3) << "stage " << s;
-            EXPECT_EQ(st.n_state_restores, 3) << "stage " << s;
+            EXPECT_EQ(st.n_exact_restores, 4) << "stage " << s;
+            EXPECT_EQ(st.n_state_restores, 4) << "stage " << s;
             EXPECT_GT(st.n_state_records, 0) << "stage " << s;
             EXPECT_EQ(st.n_quarantines, 0) << "stage " << s;
         }

@@ -669,9 +669,9 @@ bool stage_cache::demote_locked(const evicted_resident & ev) {
     if (ns == namespaces_.end()) return false;
     // Pages the tier holds already (a longer or shorter entry of the same prefix) are
     // shared rather than exported and hashed again, here under the lock.
-    std::vector<held_page> held = exact_.hold_leading_pages(ev.ns, ev.tokens, page_ids(ns->second, ev.tokens));
-    const int64_t from = held.empty() ? 0 : held.back().token_start + held.back().token_count;
-    auto pages = export_pages(ns->second, ev.tokens, ev.blocks, from);
+    const std::vector<std::string> ids = page_ids(ns->second, ev.tokens);
+    std::vector<held_page> held = exact_.hold_leading_pages(ev.ns, ev.tokens, ids);
+    auto pages = export_pages(ev.tokens, ev.blocks, ids, held.size());
     if (!pages.is_ok()) {
         exact_.release_held(held);
         return false;
@@ -699,15 +699,15 @@ std::vector<std::string> stage_cache::page_ids(const cache_namespace & ns, std::
     return ids;
 }
 
-result<std::vector<page_bytes>> stage_cache::export_pages(const cache_namespace & ns, std::span<const token_id> tokens,
-                                                          std::span<const kv_block_id> blocks, int64_t from_token) const {
+result<std::vector<page_bytes>> stage_cache::export_pages(std::span<const token_id> tokens, std::span<const kv_block_id> blocks,
+                                                          std::span<const std::string> ids, size_t from_page) const {
     const int64_t n = static_cast<int64_t>(tokens.size());
     std::vector<page_bytes> pages;
-    for (int64_t start = from_token; start < n; start += config_.exact_page_tokens) {
+    for (size_t i = from_page; i < ids.size(); ++i) {
+        const int64_t start = static_cast<int64_t>(i) * config_.exact_page_tokens;
         const int64_t count = std::min(config_.exact_page_tokens, n - start);
         SKIPPY_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, backend_.export_page(blocks, n, start, count));
-        const digest256 h = prefix_hash(ns, tokens.first(static_cast<size_t>(start + count)));
-        pages.push_back(page_bytes{start, count, page_id(ns, start, count, h), std::move(bytes), {}});
+        pages.push_back(page_bytes{start, count, ids[i], std::move(bytes), {}});
     }
     return pages;
 }
@@ -1020,19 +1020,18 @@ void stage_cache::run_record_job(const cache_namespace & ns, const std::vector<t
     // The leading pages the exact-state tier holds already (the shorter checkpoint of a
     // long prompt, the last turn of a growing history) are shared, not exported and
     // hashed again: a record costs its new pages. The io tiers want every page's bytes.
+    const std::vector<std::string> ids = page_ids(ns, tokens);
     std::vector<held_page> held;
     if (wants.exact && !wants.disk && !wants.redis) {
-        const std::vector<std::string> ids = page_ids(ns, tokens);
         std::lock_guard<std::mutex> lock(mutex_);
         held = exact_.hold_leading_pages(ns.hash, tokens, ids);
     }
-    const int64_t from = held.empty() ? 0 : held.back().token_start + held.back().token_count;
     int64_t held_bytes = 0;
     for (const held_page & h : held) held_bytes += h.n_bytes;
     const int64_t n_held = static_cast<int64_t>(held.size());
     // Export without the lock: the snapshot's references keep the blocks unchanged
     // (a session writing on copies a shared block first).
-    auto pages = export_pages(ns, tokens, blocks, from);
+    auto pages = export_pages(tokens, blocks, ids, held.size());
     int64_t state_bytes = 0;
     if (pages.is_ok() && state) {
         // Serialized here, not on the request thread: encoding and hashing megabytes of

@@ -371,9 +371,9 @@ private:
     void note_tier_attrs(decision_event & ev, const candidates & c) const;
     // The ids of the exact-state pages of an entry holding tokens, in order.
     std::vector<std::string> page_ids(const cache_namespace & ns, std::span<const token_id> tokens) const;
-    // Its pages from from_token (a page boundary) on.
-    result<std::vector<page_bytes>> export_pages(const cache_namespace & ns, std::span<const token_id> tokens,
-                                                 std::span<const kv_block_id> blocks, int64_t from_token = 0) const;
+    // Its pages (named ids, page_ids) from page from_page on.
+    result<std::vector<page_bytes>> export_pages(std::span<const token_id> tokens, std::span<const kv_block_id> blocks,
+                                                 std::span<const std::string> ids, size_t from_page) const;
     void run_record_job(const cache_namespace & ns, const std::vector<token_id> & tokens,
                         std::span<const kv_block_id> blocks, page_wants wants, const state_snapshot_ptr & state);
     // A record waiting for the worker (see record(); at most max_pending_records).

@@ -1,6 +1,7 @@
 #include "kv/kv_page.h"
 
 #include "base/byte_io.h"
+#include "base/crc32c.h"
 
 #include <openssl/evp.h>
 
@@ -11,12 +12,16 @@
 namespace skippy {
 namespace {
 
-using sha256_bytes = std::array<uint8_t, kv_page_checksum_bytes>;
+using sha256_bytes = std::array<uint8_t, kv_page_sha256_checksum_bytes>;
 
 bool sha256(std::span<const uint8_t> data, sha256_bytes & out) {
     unsigned int n = 0;
     return EVP_Digest(data.data(), data.size(), out.data(), &n, EVP_sha256(), nullptr) == 1 &&
-           n == kv_page_checksum_bytes;
+           n == kv_page_sha256_checksum_bytes;
+}
+
+size_t checksum_bytes_of(uint16_t version) {
+    return version >= kv_page_version ? kv_page_checksum_bytes : kv_page_sha256_checksum_bytes;
 }
 
 size_t elem_bytes_of(kv_dtype dtype) { return dtype == kv_dtype::f16 ? 2 : 4; }
@@ -84,14 +89,12 @@ result<std::vector<uint8_t>> export_page(const kv_sequence & seq, int32_t layer_
         for (int64_t p = token_start; p < token_start + token_count; ++p) w.put_bytes(seq.k_row(il, p), row_bytes);
         for (int64_t p = token_start; p < token_start + token_count; ++p) w.put_bytes(seq.v_row(il, p), row_bytes);
     }
-    sha256_bytes sum{};
-    if (!sha256(out, sum)) return make_error(error_code::internal, "export_page: SHA-256 failed");
-    w.put_bytes(sum.data(), sum.size());
+    w.put_u32(crc32c(out));
     return out;
 }
 
 result<kv_page_header> validate_page(std::span<const uint8_t> page) {
-    if (page.size() < kv_page_header_bytes + kv_page_checksum_bytes) {
+    if (page.size() < kv_page_header_bytes + kv_page_checksum_bytes) {  // the shortest checksum
         return make_error(error_code::invalid_data, "KV page of " + std::to_string(page.size()) + " bytes is shorter than a header");
     }
     if (std::memcmp(page.data(), kv_page_magic, sizeof(kv_page_magic)) != 0) {
@@ -113,10 +116,14 @@ result<kv_page_header> validate_page(std::span<const uint8_t> page) {
     r.get_i64(h.token_count);
     r.get_u64(h.payload_bytes);
     if (!r.ok()) return make_error(error_code::internal, "KV page: header read past a checked length");
-    if (h.version != kv_page_version && h.version != kv_page_version_all_layers) {
+    if (h.version != kv_page_version && h.version != kv_page_version_sha256 && h.version != kv_page_version_all_layers) {
         return make_error(error_code::unsupported, "KV page format version " + std::to_string(h.version) + " (this build reads " +
-                                                       std::to_string(kv_page_version_all_layers) + " and " +
+                                                       std::to_string(kv_page_version_all_layers) + " to " +
                                                        std::to_string(kv_page_version) + ")");
+    }
+    const size_t checksum_bytes = checksum_bytes_of(h.version);
+    if (page.size() < kv_page_header_bytes + checksum_bytes) {
+        return make_error(error_code::invalid_data, "KV page of " + std::to_string(page.size()) + " bytes is shorter than a header");
     }
     // Version 1 kept bytes 28..31 reserved (zero) and every layer of the range.
     int32_t reserved_v1 = 0;
@@ -138,14 +145,22 @@ result<kv_page_header> validate_page(std::span<const uint8_t> page) {
                                                         " count " + std::to_string(h.token_count));
     }
     const uint64_t payload = payload_bytes_of(h.geometry, h.token_count);
-    if (h.payload_bytes != payload || page.size() - kv_page_header_bytes - kv_page_checksum_bytes != payload) {
+    if (h.payload_bytes != payload || page.size() - kv_page_header_bytes - checksum_bytes != payload) {
         return make_error(error_code::invalid_data, "KV page: payload of " + std::to_string(page.size()) +
                                                         " byte page does not match its header (" + std::to_string(payload) + " expected)");
     }
+    const size_t body = page.size() - checksum_bytes;
+    if (h.version >= kv_page_version) {
+        uint32_t stored = 0;
+        byte_reader(page.subspan(body)).get_u32(stored);
+        if (stored != crc32c(page.first(body))) {
+            return make_error(error_code::integrity, "KV page: checksum mismatch");
+        }
+        return h;
+    }
     sha256_bytes sum{};
-    const size_t body = page.size() - kv_page_checksum_bytes;
     if (!sha256(page.first(body), sum)) return make_error(error_code::internal, "KV page: SHA-256 failed");
-    if (std::memcmp(sum.data(), page.data() + body, kv_page_checksum_bytes) != 0) {
+    if (std::memcmp(sum.data(), page.data() + body, kv_page_sha256_checksum_bytes) != 0) {
         return make_error(error_code::integrity, "KV page: checksum mismatch");
     }
     return h;

@@ -4,12 +4,14 @@
 // A page carries the K and V rows of positions [token_start, token_start + token_count)
 // for the layers of [layer_start, layer_end) a stage keeps KV for (all of them, but a
 // hybrid model's recurrent layers, which keep none), plus everything needed to refuse
-// it where it does not fit: dtype, kv_dim, layout, and a SHA-256 checksum over header
-// and payload. The exact-state cache stores pages; a stage imports them back.
+// it where it does not fit: dtype, kv_dim, layout, and a CRC-32C checksum over header
+// and payload (base/crc32c.h: it guards against corruption; a page's identity is its
+// SHA-256 page key, kept outside it). The exact-state cache stores pages; a stage
+// imports them back.
 //
 //   offset  size  field
 //        0     8  magic "SKPYKVPG"
-//        8     2  format version (u16, 2)
+//        8     2  format version (u16, 3)
 //       10     2  layout id (u16, 1: per layer, K rows of the range then V rows)
 //       12     1  dtype (u8: 0 f32, 1 f16 — kv_dtype)
 //       13     3  reserved, zero
@@ -22,7 +24,7 @@
 //       48     8  payload_bytes (u64) = n_kv_layers * 2 * token_count * row_bytes
 //       56     …  payload: for il in [0, n_kv_layers): K rows [token_count][row_bytes],
 //                 then V rows [token_count][row_bytes]
-//   56 + payload  32  SHA-256 of every byte before it
+//   56 + payload   4  CRC-32C of every byte before it (u32)
 //
 // All integers little-endian. Rows are copied as stored (f16 bits stay f16 bits), so an
 // export followed by an import reproduces the KV byte for byte.
@@ -39,15 +41,18 @@
 namespace skippy {
 
 inline constexpr uint8_t  kv_page_magic[8] = {'S', 'K', 'P', 'Y', 'K', 'V', 'P', 'G'};
-// Written: 2, bytes 28..31 count the range's layers with KV (a hybrid stage keeps KV
-// for its attention layers only). Also read: 1, which had them reserved (zero) and held
-// every layer of the range — the same bytes as a version 2 page of a dense stage.
-inline constexpr uint16_t kv_page_version = 2;
+// Written: 3, checksummed with CRC-32C. Also read: 2, the same but for a SHA-256
+// checksum (32 bytes), which cost a restore one SHA-256 pass over every byte it
+// imported; and 1, which had bytes 28..31 reserved (zero) and held every layer of the
+// range — the same bytes as a version 2 page of a dense stage.
+inline constexpr uint16_t kv_page_version = 3;
+inline constexpr uint16_t kv_page_version_sha256 = 2;
 inline constexpr uint16_t kv_page_version_all_layers = 1;
 // Layout 1: per layer, K rows of the range then V rows, each row kv_dim elements.
 inline constexpr uint16_t kv_page_layout_layer_major = 1;
 inline constexpr size_t   kv_page_header_bytes = 56;
-inline constexpr size_t   kv_page_checksum_bytes = 32;
+inline constexpr size_t   kv_page_checksum_bytes = 4;          // version 3
+inline constexpr size_t   kv_page_sha256_checksum_bytes = 32;  // versions 1 and 2
 // Bounds on positions (token_start + token_count), layer count and kv_dim a page may
 // declare, so a hostile header never sizes an allocation or overflows a size.
 inline constexpr int64_t  kv_page_max_tokens = int64_t{1} << 24;
@@ -94,7 +99,7 @@ result<std::vector<uint8_t>> export_page(const kv_sequence & seq, int32_t layer_
                                          int64_t token_start, int64_t token_count);
 
 // Validates a page without importing it (version 1 reads as a page of every layer of
-// its range): length, magic, version (unsupported), layout
+// its range; versions 1 and 2 carry a SHA-256): length, magic, version (unsupported), layout
 // (unsupported), dtype, ranges and sizes (invalid_data), checksum (integrity).
 result<kv_page_header> validate_page(std::span<const uint8_t> page);
 

@@ -1,6 +1,7 @@
 #include "model/recurrent_snapshot.h"
 
 #include "base/byte_io.h"
+#include "base/crc32c.h"
 
 #include <openssl/evp.h>
 
@@ -14,12 +15,12 @@ namespace {
 // The payload is the state's floats as they lie in memory.
 static_assert(std::endian::native == std::endian::little, "snapshots are written as little-endian f32");
 
-using snapshot_sha256_bytes = std::array<uint8_t, recurrent_snapshot_checksum_bytes>;
+using snapshot_sha256_bytes = std::array<uint8_t, recurrent_snapshot_sha256_checksum_bytes>;
 
 bool snapshot_sha256(std::span<const uint8_t> data, snapshot_sha256_bytes & out) {
     unsigned int n = 0;
     return EVP_Digest(data.data(), data.size(), out.data(), &n, EVP_sha256(), nullptr) == 1 &&
-           n == recurrent_snapshot_checksum_bytes;
+           n == recurrent_snapshot_sha256_checksum_bytes;
 }
 
 // Within these, every product below fits in 63 bits: 4096 layers x 4 bytes x
@@ -77,14 +78,12 @@ result<std::vector<uint8_t>> encode_recurrent_snapshot(const recurrent_state & s
     w.put_u64(payload);
     const std::span<const float> floats = state.floats();
     w.put_bytes(floats.data(), floats.size_bytes());
-    snapshot_sha256_bytes sum{};
-    if (!snapshot_sha256(out, sum)) return make_error(error_code::internal, "recurrent snapshot: SHA-256 failed");
-    w.put_bytes(sum.data(), sum.size());
+    w.put_u32(crc32c(out));
     return out;
 }
 
 result<recurrent_snapshot_header> validate_recurrent_snapshot(std::span<const uint8_t> bytes) {
-    if (bytes.size() < recurrent_snapshot_header_bytes + recurrent_snapshot_checksum_bytes) {
+    if (bytes.size() < recurrent_snapshot_header_bytes + recurrent_snapshot_checksum_bytes) {  // the shortest checksum
         return make_error(error_code::invalid_data, "recurrent snapshot of " + std::to_string(bytes.size()) +
                                                         " bytes is shorter than a header");
     }
@@ -112,9 +111,16 @@ result<recurrent_snapshot_header> validate_recurrent_snapshot(std::span<const ui
     r.get_u64(h.payload_bytes);
     if (!r.ok()) return make_error(error_code::internal, "recurrent snapshot: header read past a checked length");
     std::memcpy(h.ns.data(), ns.data(), h.ns.size());
-    if (h.version != recurrent_snapshot_version) {
+    if (h.version != recurrent_snapshot_version && h.version != recurrent_snapshot_version_sha256) {
         return make_error(error_code::unsupported, "recurrent snapshot format version " + std::to_string(h.version) +
-                                                       " (this build reads " + std::to_string(recurrent_snapshot_version) + ")");
+                                                       " (this build reads " + std::to_string(recurrent_snapshot_version_sha256) +
+                                                       " and " + std::to_string(recurrent_snapshot_version) + ")");
+    }
+    const size_t checksum_bytes = h.version == recurrent_snapshot_version ? recurrent_snapshot_checksum_bytes
+                                                                          : recurrent_snapshot_sha256_checksum_bytes;
+    if (bytes.size() < recurrent_snapshot_header_bytes + checksum_bytes) {
+        return make_error(error_code::invalid_data, "recurrent snapshot of " + std::to_string(bytes.size()) +
+                                                        " bytes is shorter than a header");
     }
     if (dtype != recurrent_snapshot_dtype_f32) {
         return make_error(error_code::unsupported, "recurrent snapshot: dtype " + std::to_string(dtype) + " (only f32, 0)");
@@ -126,15 +132,21 @@ result<recurrent_snapshot_header> validate_recurrent_snapshot(std::span<const ui
     }
     const uint64_t payload = snapshot_payload_bytes(h.shape);
     if (h.payload_bytes != payload ||
-        bytes.size() - recurrent_snapshot_header_bytes - recurrent_snapshot_checksum_bytes != payload) {
+        bytes.size() - recurrent_snapshot_header_bytes - checksum_bytes != payload) {
         return make_error(error_code::invalid_data, "recurrent snapshot: payload of " + std::to_string(bytes.size()) +
                                                         " byte snapshot does not match its header (" + std::to_string(payload) +
                                                         " expected)");
     }
+    const size_t body = bytes.size() - checksum_bytes;
+    if (h.version == recurrent_snapshot_version) {
+        uint32_t stored = 0;
+        byte_reader(bytes.subspan(body)).get_u32(stored);
+        if (stored != crc32c(bytes.first(body))) return make_error(error_code::integrity, "recurrent snapshot: checksum mismatch");
+        return h;
+    }
     snapshot_sha256_bytes sum{};
-    const size_t body = bytes.size() - recurrent_snapshot_checksum_bytes;
     if (!snapshot_sha256(bytes.first(body), sum)) return make_error(error_code::internal, "recurrent snapshot: SHA-256 failed");
-    if (std::memcmp(sum.data(), bytes.data() + body, recurrent_snapshot_checksum_bytes) != 0) {
+    if (std::memcmp(sum.data(), bytes.data() + body, recurrent_snapshot_sha256_checksum_bytes) != 0) {
         return make_error(error_code::integrity, "recurrent snapshot: checksum mismatch");
     }
     return h;

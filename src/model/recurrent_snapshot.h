@@ -5,7 +5,7 @@
 //
 //   offset  size  field
 //        0     8  magic "SKPYRSNP"
-//        8     2  format version (u16, 1)
+//        8     2  format version (u16, 2)
 //       10     2  dtype (u16, 0: f32)
 //       12     4  reserved, zero
 //       16    32  namespace hash (the cache namespace the snapshot belongs to)
@@ -21,7 +21,7 @@
 //       88     8  payload_bytes (u64) = n_layers * 4 * ((d_conv - 1) * conv_channels + n_v_head * d_state^2)
 //       96     …  payload: per recurrent layer, the conv inputs [d_conv - 1][conv_channels]
 //                 then the matrices [n_v_head][d_state][d_state], f32
-//   96 + payload  32  SHA-256 of every byte before it
+//   96 + payload   4  CRC-32C of every byte before it (u32; base/crc32c.h)
 //
 // All integers and floats little-endian. The floats are the state's bits, so a
 // snapshot decoded into a state continues the sequence exactly as the original would.
@@ -39,10 +39,14 @@
 namespace skippy {
 
 inline constexpr uint8_t  recurrent_snapshot_magic[8] = {'S', 'K', 'P', 'Y', 'R', 'S', 'N', 'P'};
-inline constexpr uint16_t recurrent_snapshot_version = 1;
+// Written: 2, checksummed with CRC-32C. Also read: 1, the same with a SHA-256 checksum
+// (32 bytes), which cost a restore a SHA-256 pass over the whole state.
+inline constexpr uint16_t recurrent_snapshot_version = 2;
+inline constexpr uint16_t recurrent_snapshot_version_sha256 = 1;
 inline constexpr uint16_t recurrent_snapshot_dtype_f32 = 0;
 inline constexpr size_t   recurrent_snapshot_header_bytes = 96;
-inline constexpr size_t   recurrent_snapshot_checksum_bytes = 32;
+inline constexpr size_t   recurrent_snapshot_checksum_bytes = 4;          // version 2
+inline constexpr size_t   recurrent_snapshot_sha256_checksum_bytes = 32;  // version 1
 // Bounds a header may declare, so a hostile one never sizes an allocation or overflows
 // a size (the model's own limits are tighter: family_qwen35.cpp).
 inline constexpr int32_t  recurrent_snapshot_max_layers = 4096;

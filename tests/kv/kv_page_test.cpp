@@ -47,6 +47,18 @@ std::string hex(const uint8_t * p, size_t n) {
     return out;
 }
 
+// The same page as an older build wrote it: `version` (1 or 2) and a SHA-256 checksum.
+std::vector<uint8_t> with_sha256_checksum(const std::vector<uint8_t> & page, uint8_t version) {
+    std::vector<uint8_t> out(page.begin(), page.end() - static_cast<std::ptrdiff_t>(kv_page_checksum_bytes));
+    out[8] = version;
+    if (version == 1) std::memset(out.data() + 28, 0, 4);
+    const size_t body = out.size();
+    out.resize(body + kv_page_sha256_checksum_bytes);
+    unsigned int n = 0;
+    EXPECT_EQ(EVP_Digest(out.data(), body, out.data() + body, &n, EVP_sha256(), nullptr), 1);
+    return out;
+}
+
 bool same_rows(const kv_sequence & a, const kv_sequence & b, int64_t n_tokens) {
     const size_t row = a.pool().geometry().row_bytes();
     for (int32_t il = 0; il < a.pool().geometry().n_layers; ++il) {
@@ -64,16 +76,16 @@ TEST(kv_page, GoldenBytesOfATwoTokenPage) {
     fill(s, 5);
     auto page = export_page(s, 3, 5, 1, 2);
     ASSERT_TRUE(page.is_ok()) << page.error().to_string();
-    ASSERT_EQ(page->size(), 56u + 64u + 32u);
+    ASSERT_EQ(page->size(), 56u + 64u + 4u);
     EXPECT_EQ(page->size(), kv_page_bytes(page_geometry, 2));
-    // header: magic, version 2, layout 1, dtype 0 (f32), layers [3,5), kv_dim 2, both
+    // header: magic, version 3, layout 1, dtype 0 (f32), layers [3,5), kv_dim 2, both
     // layers with KV, token_start 1, token_count 2, payload 64
     EXPECT_EQ(hex(page->data(), 56),
-              "534b50594b565047" "0200" "0100" "00" "000000" "03000000" "05000000" "02000000" "02000000"
+              "534b50594b565047" "0300" "0100" "00" "000000" "03000000" "05000000" "02000000" "02000000"
               "0100000000000000" "0200000000000000" "4000000000000000");
     // layer 0, K rows of positions 1 and 2: 10.0f 11.0f 20.0f 21.0f
     EXPECT_EQ(hex(page->data() + 56, 16), "00002041000030410000a0410000a841");
-    EXPECT_EQ(hex(page->data() + 120, 32), "d0d0cc86ddb443725055e746d317c509b70ef2e1123b583377548f33914592c1");
+    EXPECT_EQ(hex(page->data() + 120, 4), "bd4e6e2c");  // CRC-32C, little-endian
 }
 
 TEST(kv_page, ExportThenImportReproducesTheRowsByteForByte) {
@@ -132,8 +144,9 @@ TEST(kv_page, HeaderFieldsAreCheckedBeforeUse) {
         return import_page(dst, p, page_geometry).code();
     };
     EXPECT_EQ(with(0, 'X'), error_code::invalid_data);   // magic
-    EXPECT_EQ(with(8, 3), error_code::unsupported);      // version 3
-    EXPECT_EQ(with(8, 1), error_code::invalid_data);     // version 1 has bytes 28..31 reserved
+    EXPECT_EQ(with(8, 4), error_code::unsupported);      // version 4
+    EXPECT_EQ(with(8, 2), error_code::invalid_data);     // version 2 has a 32-byte checksum
+    EXPECT_EQ(with(8, 1), error_code::invalid_data);     // version 1 too, and bytes 28..31 reserved
     EXPECT_EQ(with(10, 7), error_code::unsupported);     // layout 7
     EXPECT_EQ(with(12, 9), error_code::invalid_data);    // dtype 9
     EXPECT_EQ(with(13, 1), error_code::invalid_data);    // reserved
@@ -182,7 +195,7 @@ TEST(kv_page, ExportRefusesRangesOutsideTheSequence) {
     EXPECT_EQ(export_page(s, 3, 4, 0, 1).error().code(), error_code::invalid_argument);  // 1 layer vs the pool's 2
     auto empty = export_page(s, 3, 5, 3, 0);
     ASSERT_TRUE(empty.is_ok());
-    EXPECT_EQ(empty->size(), 56u + 32u);
+    EXPECT_EQ(empty->size(), 56u + 4u);
 }
 
 TEST(kv_page, ExhaustedPoolLeavesTheSessionAtTokenStart) {
@@ -243,18 +256,39 @@ TEST(kv_page, AVersionOnePageOfEveryLayerStillImports) {
     fill(src, 2);
     auto page = export_page(src, 3, 5, 0, 2);
     ASSERT_TRUE(page.is_ok());
-    std::vector<uint8_t> v1 = *page;
-    v1[8] = 1;
-    std::memset(v1.data() + 28, 0, 4);
-    const size_t body = v1.size() - kv_page_checksum_bytes;
-    unsigned int n = 0;
-    ASSERT_EQ(EVP_Digest(v1.data(), body, v1.data() + body, &n, EVP_sha256(), nullptr), 1);
+    const std::vector<uint8_t> v1 = with_sha256_checksum(*page, 1);
     auto h = validate_page(v1);
     ASSERT_TRUE(h.is_ok()) << h.error().to_string();
     EXPECT_EQ(h->version, 1);
     EXPECT_EQ(h->geometry.kv_layers(), 2);
     ASSERT_TRUE(import_page(dst, v1, page_geometry).is_ok());
     EXPECT_TRUE(same_rows(src, dst, 2));
+}
+
+// Version 2 pages (SHA-256 checksums) still import, and their checksum is still checked.
+TEST(kv_page, AVersionTwoPageStillImportsAndIsStillChecked) {
+    kv_pool pool(two_layer_geometry(), 5);
+    kv_sequence src(pool), dst(pool);
+    fill(src, 3);
+    auto page = export_page(src, 3, 5, 0, 3);
+    ASSERT_TRUE(page.is_ok());
+    const std::vector<uint8_t> v2 = with_sha256_checksum(*page, 2);
+    ASSERT_EQ(v2.size(), page->size() + 28);
+    for (size_t i = 56; i < v2.size(); i += 5) {
+        std::vector<uint8_t> bad = v2;
+        bad[i] ^= 0x10;
+        EXPECT_EQ(import_page(dst, bad, page_geometry).code(), error_code::integrity) << "byte " << i;
+        EXPECT_EQ(dst.n_tokens(), 0);
+    }
+    // A version 3 page's short checksum under a version 2 header is a size mismatch.
+    std::vector<uint8_t> mislabeled = *page;
+    mislabeled[8] = 2;
+    EXPECT_EQ(validate_page(mislabeled).error().code(), error_code::invalid_data);
+    auto h = validate_page(v2);
+    ASSERT_TRUE(h.is_ok()) << h.error().to_string();
+    EXPECT_EQ(h->version, 2);
+    ASSERT_TRUE(import_page(dst, v2, page_geometry).is_ok());
+    EXPECT_TRUE(same_rows(src, dst, 3));
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // decode — which never touches the state it would have written.
 #include "model/recurrent_snapshot.h"
 
+#include <openssl/evp.h>
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -58,17 +60,40 @@ std::vector<uint8_t> tiny_bytes() {
 
 TEST(recurrent_snapshot, GoldenBytesOfAThreeFloatSnapshot) {
     const std::vector<uint8_t> b = tiny_bytes();
-    ASSERT_EQ(b.size(), 140u);
+    ASSERT_EQ(b.size(), 112u);
     EXPECT_EQ(b.size(), recurrent_snapshot_bytes(tiny_shape()));
     const std::string header =
-        "534b505952534e50" "0100" "0000" "00000000"       // SKPYRSNP, v1, f32, reserved
+        "534b505952534e50" "0200" "0000" "00000000"       // SKPYRSNP, v2, f32, reserved
         + std::string(64, '1') +                          // namespace 32 x 11
         "04000000" "06000000" "01000000" "02000000"       // layers [4, 6), 1 recurrent, d_conv 2
         "02000000" "01000000" "01000000" "00000000"       // 2 channels, d_state 1, 1 v head, reserved
         "4000000000000000" "0c00000000000000";            // 64 tokens, payload 12
     EXPECT_EQ(hex(std::span<const uint8_t>(b).first(96)), header);
     EXPECT_EQ(hex(std::span<const uint8_t>(b).subspan(96, 12)), "0000803f" "00000040" "000000bf");  // 1, 2, -0.5
-    EXPECT_EQ(hex(std::span<const uint8_t>(b).subspan(108)), "8bd12a1dc876b87e5a5f4371a232a1b386854decf23497cd50be9cd75430360a");
+    EXPECT_EQ(hex(std::span<const uint8_t>(b).subspan(108)), "c87d73ed");  // CRC-32C, little-endian
+}
+
+// Version 1 (a SHA-256 checksum) is still read, and still checked: a snapshot a disk
+// tier kept from an older build restores.
+TEST(recurrent_snapshot, AVersionOneSnapshotStillDecodesAndIsStillChecked) {
+    const std::vector<uint8_t> v2 = tiny_bytes();
+    std::vector<uint8_t> v1(v2.begin(), v2.end() - static_cast<std::ptrdiff_t>(recurrent_snapshot_checksum_bytes));
+    v1[8] = 1;
+    const size_t body = v1.size();
+    v1.resize(body + recurrent_snapshot_sha256_checksum_bytes);
+    unsigned int n = 0;
+    ASSERT_EQ(EVP_Digest(v1.data(), body, v1.data() + body, &n, EVP_sha256(), nullptr), 1);
+    recurrent_state out;
+    ASSERT_TRUE(decode_recurrent_snapshot(v1, tiny_shape(), ns_of(0x11), 64, out).is_ok());
+    EXPECT_EQ(std::memcmp(out.floats().data(), tiny_state().floats().data(), 12), 0);
+    for (size_t at : {size_t{100}, body + 5}) {
+        std::vector<uint8_t> bad = v1;
+        bad[at] ^= 0x04;
+        EXPECT_EQ(validate_recurrent_snapshot(bad).error().code(), error_code::integrity) << at;
+    }
+    std::vector<uint8_t> mislabeled = v2;
+    mislabeled[8] = 1;
+    EXPECT_EQ(validate_recurrent_snapshot(mislabeled).error().code(), error_code::invalid_data) << "a 4-byte checksum under v1";
 }
 
 TEST(recurrent_snapshot, RoundTripsTheStateBitwise) {
@@ -116,7 +141,7 @@ TEST(recurrent_snapshot, DecodeRefusesWhatIsNotTheSnapshotAskedFor) {
         return b;
     };
     EXPECT_EQ(refused(patched(0, 'X'), shape, ns, 64), error_code::invalid_data) << "magic";
-    EXPECT_EQ(refused(patched(8, 2), shape, ns, 64), error_code::unsupported) << "version";
+    EXPECT_EQ(refused(patched(8, 3), shape, ns, 64), error_code::unsupported) << "version";
     EXPECT_EQ(refused(patched(10, 1), shape, ns, 64), error_code::unsupported) << "dtype";
     EXPECT_EQ(refused(patched(12, 1), shape, ns, 64), error_code::invalid_data) << "reserved";
     EXPECT_EQ(refused(patched(76, 1), shape, ns, 64), error_code::invalid_data) << "reserved";

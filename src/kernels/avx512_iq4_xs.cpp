@@ -26,6 +26,7 @@ struct iq4_xs_format {
     static constexpr int n_sub = 8;
     static constexpr bool has_min = false;
     static constexpr int bias_shift = 7;
+    static constexpr int pair_min_tokens = 7;
     // Sub-block j is qs[16j .. 16j + 15]: values 32j + l (l < 16) the low nibbles, 32j +
     // 16 + l the high nibbles.
     static void codes(const uint8_t * wb, uint8_t * out) {

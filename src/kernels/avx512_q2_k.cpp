@@ -22,6 +22,7 @@ struct q2_k_format {
     static constexpr int n_sub = 16;
     static constexpr bool has_min = true;
     static constexpr int bias_shift = -1;
+    static constexpr int pair_min_tokens = 0;
     static void codes(const uint8_t * wb, uint8_t * out) {
         #pragma GCC unroll 2
         for (int h = 0; h < 2; ++h) {

@@ -24,6 +24,7 @@ struct q3_k_format {
     static constexpr int n_sub = 16;
     static constexpr bool has_min = false;
     static constexpr int bias_shift = 2;
+    static constexpr int pair_min_tokens = 0;
     // Value 128h + 32k + l: (qs[32h + l] >> 2k) & 3, plus 4 * bit (4h + k) of hmask[l].
     static void codes(const uint8_t * wb, uint8_t * out) {
         const __m512i hm = _mm512_broadcast_i64x4(loadu_256(wb + q3_k_off_hmask));

@@ -15,6 +15,7 @@ struct q6_k_format {
     static constexpr int n_sub = 16;
     static constexpr bool has_min = false;
     static constexpr int bias_shift = 5;
+    static constexpr int pair_min_tokens = 0;
     // Half h: the codes (0..63) of values 128h + 32k + l, l < 32: low 4 bits from ql
     // (bytes l and l + 32 of the half, low then high nibbles), high 2 bits from qh bits
     // 2k, 2k + 1 (blocks.h). 16-bit shifts move bits across bytes; the masks drop what

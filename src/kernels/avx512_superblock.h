@@ -16,6 +16,9 @@
 //       sub-blocks of 32) or the scales sc_2k, sc_2k+1 (formats with a bias, sub-blocks
 //       of 16)
 //   rest          the AVX2 tile of the format, for rows decode leaves (avx512_util.h)
+//   pair_min_tokens  the fewest tokens of a batched decode step that go to run_pairs
+//                 (two rows per vector, avx512_util.h), 0 for none: where it beats the
+//                 decode tile on BM_matmul
 // and for decode (rows16 below):
 //   struct decode_x; void x_decode(xb, decode_x &)   a token's activation block,
 //                 rearranged once for 16 rows (in the order the format's codes come)
@@ -187,6 +190,24 @@ template <int NT, bool High>
     for (int k = 0; k < 4; ++k) q[k] = join_256(x + 32 * k, x + 128 + 32 * k);
 }
 
+// Dwords k of a and b (256 bytes each) side by side in out, in the order unpacklo and
+// unpackhi leave them: interleaved_offset(k) is where pair k starts.
+inline void interleave_dwords(const uint8_t * a, const uint8_t * b, uint8_t * out) {
+    #pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) {
+        const __m512i x = _mm512_load_si512(a + 64 * v), y = _mm512_load_si512(b + 64 * v);
+        _mm512_store_si512(out + 128 * v, _mm512_unpacklo_epi32(x, y));
+        _mm512_store_si512(out + 128 * v + 64, _mm512_unpackhi_epi32(x, y));
+    }
+}
+
+// Dword k = 16v + 4l + i (128-bit lane l of vector v) went to lane l of the unpacklo
+// (i < 2) or unpackhi (i >= 2) result, element i % 2.
+constexpr size_t interleaved_offset(int k) {
+    const int v = k / 16, l = (k % 16) / 4, i = k % 4;
+    return static_cast<size_t>(128 * v + (i < 2 ? 0 : 64) + 16 * l + 8 * (i % 2));
+}
+
 template <typename W>
 struct superblock_kernel {
     static constexpr int64_t block_elems = qk_k;
@@ -195,6 +216,8 @@ struct superblock_kernel {
     static constexpr size_t xbb = q8_k_block_bytes;
     static constexpr int n_sub = W::n_sub;
     static constexpr int dwords_per_sub = 64 / n_sub;
+    // Batched decode steps of this many tokens or more (up to 8) take run_pairs.
+    static constexpr int pair_min_tokens = W::pair_min_tokens;
     static_assert(!W::has_min || W::bias_shift < 0, "a format has mins or a bias, not both");
     static_assert(W::has_min || W::off_dmin == 0, "off_dmin is for formats with mins");
 
@@ -223,24 +246,36 @@ struct superblock_kernel {
         }
     }
 
-    // R rows x G token groups at once: each rearranged activation vector is loaded once
-    // for R rows; each row's codes and scales are unpacked once, and each broadcast
-    // weight dword serves G groups.
-    template <int R, int G>
-    static void tokens(const uint8_t * const w[R], const token_group * const g[G], int64_t b0, int64_t b1, __m512 acc[R][G]) {
+    // R vectors of rows x G token groups at once: each rearranged activation vector is
+    // loaded once for R vectors; each row's codes and scales are unpacked once, and each
+    // broadcast weight dword serves G groups. Rows (lane_rows) is 1 for the prefill
+    // groups (a vector is one row, w[r], and 16 tokens) or 2 for run_pairs (a vector is
+    // rows w[2r] in lanes 0-7 and w[2r + 1] in lanes 8-15, with the same 8 tokens in
+    // both halves); either way every lane does its (row, token)'s operations in the
+    // reference's order.
+    template <int R, int G, int Rows = 1>
+    static void tokens(const uint8_t * const w[R * Rows], const token_group * const g[G], int64_t b0, int64_t b1, __m512 acc[R][G]) {
+        constexpr int NR = R * Rows;
         for (int64_t b = b0; b < b1; ++b) {
             const int64_t i = b - b0;
-            alignas(64) uint8_t codes[R][qk_k];
-            int32_t sc[R][n_sub];
-            uint32_t pair[R][8];
-            #pragma GCC unroll 4
-            for (int r = 0; r < R; ++r) {
+            alignas(64) uint8_t codes[NR][qk_k];
+            int32_t sc[NR][n_sub];
+            uint32_t pair[NR][8];
+            #pragma GCC unroll 8
+            for (int r = 0; r < NR; ++r) {
                 W::codes(w[r] + b * wbb, codes[r]);
                 W::scales(w[r] + b * wbb, sc[r], pair[r]);
             }
+            // Two rows per vector: their codes interleaved by dword (pairs_of), so that
+            // one 64-bit broadcast load gives the pair.
+            alignas(64) uint8_t paired[Rows == 2 ? R : 1][Rows == 2 ? 2 * qk_k : 64];
+            if constexpr (Rows == 2) {
+                #pragma GCC unroll 4
+                for (int r = 0; r < R; ++r) interleave_dwords(codes[2 * r], codes[2 * r + 1], paired[r]);
+            }
             // The codes are read back as broadcast loads (a load port each), not moved
             // through registers (two shuffles each, on the ports the products need).
-            __asm__("" : "+m"(codes));
+            __asm__("" : "+m"(codes), "+m"(paired));
             __m512i isum[R][G];
             #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
@@ -262,29 +297,37 @@ struct superblock_kernel {
                     for (int q = 0; q < G; ++q) x[q] = g[q]->x[i][k];
                     #pragma GCC unroll 4
                     for (int r = 0; r < R; ++r) {
-                        const __m512i c = _mm512_set1_epi32(static_cast<int32_t>(load_u32(codes[r] + 4 * k)));
+                        __m512i c;
+                        if constexpr (Rows == 2) {
+                            c = _mm512_set1_epi64(static_cast<int64_t>(load_u64(paired[r] + interleaved_offset(k))));
+                        } else {
+                            c = _mm512_set1_epi32(static_cast<int32_t>(load_u32(codes[r] + 4 * k)));
+                        }
                         #pragma GCC unroll 2
                         for (int q = 0; q < G; ++q) a[r][q] = _mm512_dpbusd_epi32(a[r][q], c, x[q]);
                     }
                 }
                 #pragma GCC unroll 4
                 for (int r = 0; r < R; ++r) {
-                    const __m512i s = _mm512_set1_epi32(sc[r][j]);
+                    const __m512i s = lane_rows_i32<Rows>(sc[Rows * r][j], sc[Rows * r + Rows - 1][j]);
                     #pragma GCC unroll 2
                     for (int q = 0; q < G; ++q) isum[r][q] = _mm512_add_epi32(isum[r][q], _mm512_mullo_epi32(a[r][q], s));
                 }
             }
             #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
-                const uint8_t * wb = w[r] + b * wbb;
-                const __m512 dw = _mm512_set1_ps(f16_at(wb + W::off_d));
-                const __m512 dmin = _mm512_set1_ps(dmin_of(wb));
+                const uint8_t * wa = w[Rows * r] + b * wbb;
+                const uint8_t * wz = w[Rows * r + Rows - 1] + b * wbb;
+                const __m512 dw = lane_rows_ps<Rows>(f16_at(wa + W::off_d), f16_at(wz + W::off_d));
+                const __m512 dmin = lane_rows_ps<Rows>(dmin_of(wa), dmin_of(wz));
                 #pragma GCC unroll 2
                 for (int q = 0; q < G; ++q) {
                     __m512i bsum_term = _mm512_setzero_si512();
                     #pragma GCC unroll 8
                     for (int k = 0; k < 8; ++k) {
-                        bsum_term = _mm512_dpwssd_epi32(bsum_term, g[q]->bsums[i][k], _mm512_set1_epi32(static_cast<int32_t>(pair[r][k])));
+                        bsum_term = _mm512_dpwssd_epi32(bsum_term, g[q]->bsums[i][k],
+                                                        lane_rows_i32<Rows>(static_cast<int32_t>(pair[Rows * r][k]),
+                                                                            static_cast<int32_t>(pair[Rows * r + Rows - 1][k])));
                     }
                     const __m512 dx = g[q]->dx[i];
                     if constexpr (W::has_min) {

@@ -52,6 +52,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace skippy::kernels::avx512 {
 namespace {
@@ -69,6 +70,12 @@ inline uint16_t load_u16(const uint8_t * p) {
 inline uint32_t load_u32(const uint8_t * p) {
     uint32_t v;
     std::memcpy(&v, p, 4);
+    return v;
+}
+
+inline uint64_t load_u64(const uint8_t * p) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
     return v;
 }
 
@@ -179,25 +186,59 @@ constexpr int64_t k_min_tokens = 4;
 template <int G>
 constexpr int k_tile_rows = G == 1 ? 4 : 2;
 
-// 16 x 16 floats transposed in registers: v[i][j] <-> v[j][i]. Stage i swaps bit i of
-// the row index with bit i of the column index (pairs of rows 2^i apart).
-inline void transpose16(__m512 v[16]) {
+// N x N elements of a vector (16 floats, or 8 pairs of floats) transposed in
+// registers: element j of v[i] <-> element i of v[j]. Stage i swaps bit i of the row
+// index with bit i of the element index (pairs of rows 2^i apart).
+template <int N>
+inline void transpose_elements(__m512 v[N]) {
+    static_assert(N == 16 || N == 8);
+    using index_type = std::conditional_t<N == 16, int32_t, int64_t>;
     #pragma GCC unroll 4
-    for (int bit = 0; bit < 4; ++bit) {
-        const int d = 1 << bit;
-        alignas(64) int32_t lo[16], hi[16];
-        for (int c = 0; c < 16; ++c) {
-            lo[c] = (c & d) == 0 ? c : 16 + c - d;
-            hi[c] = (c & d) == 0 ? c + d : 16 + c;
+    for (int d = 1; d < N; d *= 2) {
+        alignas(64) index_type lo[N], hi[N];
+        for (int c = 0; c < N; ++c) {
+            lo[c] = (c & d) == 0 ? c : N + c - d;
+            hi[c] = (c & d) == 0 ? c + d : N + c;
         }
         const __m512i idx_lo = _mm512_load_si512(lo), idx_hi = _mm512_load_si512(hi);
         #pragma GCC unroll 16
-        for (int r = 0; r < 16; ++r) {
+        for (int r = 0; r < N; ++r) {
             if ((r & d) != 0) continue;
             const __m512 a = v[r], b = v[r + d];
-            v[r] = _mm512_permutex2var_ps(a, idx_lo, b);
-            v[r + d] = _mm512_permutex2var_ps(a, idx_hi, b);
+            if constexpr (N == 16) {
+                v[r] = _mm512_permutex2var_ps(a, idx_lo, b);
+                v[r + d] = _mm512_permutex2var_ps(a, idx_hi, b);
+            } else {
+                v[r] = _mm512_castpd_ps(_mm512_permutex2var_pd(_mm512_castps_pd(a), idx_lo, _mm512_castps_pd(b)));
+                v[r + d] = _mm512_castpd_ps(_mm512_permutex2var_pd(_mm512_castps_pd(a), idx_hi, _mm512_castps_pd(b)));
+            }
         }
+    }
+}
+
+// A vector of per-row values for a micro-kernel whose vectors hold Rows rows (see
+// run_pairs): Rows 1, a in every lane; Rows 2, a in the even lanes and b in the odd
+// ones (one 64-bit broadcast).
+template <int Rows>
+[[gnu::always_inline]] inline __m512i lane_rows_i32(int32_t a, int32_t b) {
+    if constexpr (Rows == 1) {
+        (void)b;
+        return _mm512_set1_epi32(a);
+    } else {
+        return _mm512_set1_epi64(static_cast<int64_t>(static_cast<uint64_t>(static_cast<uint32_t>(b)) << 32 | static_cast<uint32_t>(a)));
+    }
+}
+
+template <int Rows>
+[[gnu::always_inline]] inline __m512 lane_rows_ps(float a, float b) {
+    if constexpr (Rows == 1) {
+        (void)b;
+        return _mm512_set1_ps(a);
+    } else {
+        uint32_t ua, ub;
+        std::memcpy(&ua, &a, 4);
+        std::memcpy(&ub, &b, 4);
+        return _mm512_castsi512_ps(lane_rows_i32<2>(static_cast<int32_t>(ua), static_cast<int32_t>(ub)));
     }
 }
 
@@ -212,12 +253,12 @@ inline void load_partials(const group_out & out, int64_t y_stride, int64_t r, in
     const __mmask16 rows = static_cast<__mmask16>((1u << nr) - 1u);
     #pragma GCC unroll 16
     for (int t = 0; t < 16; ++t) v[t] = t < out.m ? _mm512_maskz_loadu_ps(rows, out.y + t * y_stride + r) : _mm512_setzero_ps();
-    transpose16(v);
+    transpose_elements<16>(v);
 }
 
 inline void store_partials(const group_out & out, int64_t y_stride, int64_t r, int64_t nr, __m512 v[16]) {
     const __mmask16 rows = static_cast<__mmask16>((1u << nr) - 1u);
-    transpose16(v);
+    transpose_elements<16>(v);
     #pragma GCC unroll 16
     for (int t = 0; t < 16; ++t) {
         if (t < out.m) _mm512_mask_storeu_ps(out.y + t * y_stride + r, rows, v[t]);
@@ -283,7 +324,8 @@ void run_groups(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uin
 }
 
 // Decode: the tokens a prefill tile leaves (up to k_decode_max_batch_tokens: decode is
-// one token, a batched decode step a few), in groups of at most 4 (decode_tile below),
+// one token, a batched decode step a few; run_pairs below takes some formats' steps of
+// 6 to 8), in groups of at most 4 (decode_tile below),
 // in 512-bit vectors, one weight row per int32 lane at the end.
 //
 // K provides rows16<NT>(rows, x, nb, next, acc): the outputs of the 16 weight rows
@@ -454,6 +496,84 @@ struct reduce16_pairs {
     }
 };
 
+// Batched decode steps of a few tokens (k_pair_min_tokens<K> to k_pair_max_tokens), for
+// formats whose micro-kernel takes two rows per vector (tokens<R, G, 2>): lanes 2t and 2t + 1
+// hold token t (a prefill group's rearranged activations, each token twice), the even
+// lanes compute the vector's first row and the odd lanes its second. Every vpdpbusd then
+// makes 16 useful (row, token) sums, where a prefill group of 8 tokens makes 8 and the
+// decode tile unpacks each row again for every 4 tokens; the weight dwords of the two
+// rows are stored interleaved, so one 64-bit broadcast load gives both. A vector's
+// lanes 2t, 2t + 1 are two adjacent outputs of token t, so an 8 x 8 transpose of 64-bit
+// elements turns 16 rows' vectors into each token's 16 outputs.
+// A format opts in with K::pair_min_tokens, the fewest tokens for which this beats the
+// decode tile on it (measured with BM_matmul; 0 or absent: never).
+constexpr int64_t k_pair_max_tokens = 8;
+
+template <typename K>
+constexpr int64_t k_pair_min_tokens = [] {
+    if constexpr (requires { K::pair_min_tokens; }) {
+        return static_cast<int64_t>(K::pair_min_tokens);
+    } else {
+        return int64_t{0};
+    }
+}();
+
+// Byte offsets of the token rows for run_pairs: lanes 2t and 2t + 1 take token t (the
+// last one for lanes past the m tokens, computed and dropped).
+inline __m512i paired_token_offsets(size_t xq_row_bytes, int64_t m) {
+    const __m512i token = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 1);
+    return _mm512_mullo_epi32(_mm512_min_epi32(token, _mm512_set1_epi32(static_cast<int32_t>(m - 1))),
+                              _mm512_set1_epi32(static_cast<int32_t>(xq_row_bytes)));
+}
+
+// m (at most k_pair_max_tokens) tokens from xq x all rows, in blocks of 16 rows
+// (8 vectors); an odd last row is paired with itself and its copy dropped. Partial sums
+// between chunks of blocks are kept in y, as run_groups keeps them.
+template <typename K>
+void run_pairs(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes, int64_t m,
+               int64_t nb, float * y, int64_t y_stride) {
+    constexpr int R = 4;  // vectors (8 rows) per micro-kernel call
+    const __m512i offsets = paired_token_offsets(xq_row_bytes, m);
+    for (int64_t b0 = 0; b0 < nb; b0 += K::chunk_blocks) {
+        const int64_t b1 = b0 + K::chunk_blocks < nb ? b0 + K::chunk_blocks : nb;
+        alignas(64) typename K::token_group group;
+        K::prepare(group, xq, offsets, b0, b1);
+        const typename K::token_group * gp[1] = {&group};
+        for (int64_t r0 = 0; r0 < n_rows; r0 += 16) {
+            const int64_t nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
+            const __mmask16 rows_mask = static_cast<__mmask16>((1u << nr) - 1u);
+            const auto row = [&](int64_t i) { return w + static_cast<size_t>(r0 + (i < nr ? i : nr - 1)) * w_row_bytes; };
+            // The next 16 rows' part of this chunk, fetched while these compute: 16 row
+            // streams are more than the hardware prefetcher follows (as in decode_tile).
+            for (int64_t i = 16; i < 32 && r0 + i < n_rows; ++i) {
+                prefetch_span(w + static_cast<size_t>(r0 + i) * w_row_bytes + static_cast<size_t>(b0) * K::wbb,
+                              static_cast<size_t>(b1 - b0) * K::wbb);
+            }
+            __m512 v[8];
+            for (int t = 0; t < 8; ++t) {
+                v[t] = b0 > 0 && t < m ? _mm512_maskz_loadu_ps(rows_mask, y + t * y_stride + r0) : _mm512_setzero_ps();
+            }
+            if (b0 > 0) transpose_elements<8>(v);
+            __m512 acc[8][1];
+            for (int p = 0; p < 8; ++p) acc[p][0] = v[p];
+            const int64_t n_vectors = (nr + 1) / 2;
+            int64_t p = 0;
+            for (; p + R <= n_vectors; p += R) {
+                const uint8_t * rows[2 * R];
+                for (int i = 0; i < 2 * R; ++i) rows[i] = row(2 * p + i);
+                K::template tokens<R, 1, 2>(rows, gp, b0, b1, acc + p);
+            }
+            for (; p < n_vectors; ++p) {
+                const uint8_t * rows[2] = {row(2 * p), row(2 * p + 1)};
+                K::template tokens<1, 1, 2>(rows, gp, b0, b1, acc + p);
+            }
+            for (int q = 0; q < 8; ++q) v[q] = acc[q][0];
+            transpose_elements<8>(v);
+            for (int t = 0; t < m; ++t) _mm512_mask_storeu_ps(y + t * y_stride + r0, rows_mask, v[t]);
+        }
+    }
+}
+
 // The most tokens the decode tile takes (a batched decode step of that many lanes):
 // below about this many a prefill token group's 16 lanes are mostly idle. Measured
 // (BM_matmul, 2816x1024, one thread, Zen 5): 4 tokens 2x faster than a prefill group,
@@ -479,6 +599,13 @@ void mul_tile_driver(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, cons
         }
     }
     if (t < n_tokens) {
+        if constexpr (k_pair_min_tokens<K> > 0) {
+            if (n_tokens - t >= k_pair_min_tokens<K> && n_tokens - t <= k_pair_max_tokens) {
+                run_pairs<K>(w, w_row_bytes, n_rows, xq + static_cast<size_t>(t) * xq_row_bytes, xq_row_bytes, n_tokens - t, nb,
+                             y + t * y_stride, y_stride);
+                return;
+            }
+        }
         if constexpr (k_has_rows16<K>) {
             decode_tile<K>(w, w_row_bytes, n_rows, xq + static_cast<size_t>(t) * xq_row_bytes, xq_row_bytes, n_tokens - t, n,
                            y + t * y_stride, y_stride);

@@ -1,13 +1,11 @@
 // Blob store: dedupe, refcounts, logical vs physical bytes, underflow, corruption.
 #include "cache/blob_store.h"
+#include "tier_fakes.h"
 
 #include <gtest/gtest.h>
 
 namespace skippy::cache {
 namespace {
-
-#define EXPECT_INVARIANTS(store) \
-    do { status st_ = (store).check_invariants(); ASSERT_TRUE(st_.is_ok()) << st_.to_string(); } while (0)
 
 std::vector<uint8_t> bytes(std::string_view s) { return std::vector<uint8_t>(s.begin(), s.end()); }
 

@@ -12,9 +12,6 @@ namespace {
 
 using toks = std::vector<token_id>;
 
-#define EXPECT_INVARIANTS(x) \
-    do { status st_ = (x).check_invariants(); ASSERT_TRUE(st_.is_ok()) << st_.to_string(); } while (0)
-
 using testing::ns_of;
 
 // Pages of 2 tokens; page bytes are 8 bytes per token derived from the prefix so that

@@ -21,9 +21,6 @@ constexpr entry_kind E = entry_kind::exact_state;
 
 using testing::ns_of;
 
-#define EXPECT_INVARIANTS(index) \
-    do { status st_ = (index).check_invariants(); ASSERT_TRUE(st_.is_ok()) << st_.to_string(); } while (0)
-
 TEST(radix_index, InsertSplitsAnEdgeWhereSequencesDiverge) {
     radix_index ix;
     const digest256 ns = ns_of(1);

@@ -17,6 +17,10 @@
 #include <string>
 #include <vector>
 
+// Fails the test (ASSERT) when x.check_invariants() is not ok, with its message.
+#define EXPECT_INVARIANTS(x) \
+    do { status st_ = (x).check_invariants(); ASSERT_TRUE(st_.is_ok()) << st_.to_string(); } while (0)
+
 namespace skippy::cache::testing {
 
 using toks = std::vector<token_id>;

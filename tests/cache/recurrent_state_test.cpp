@@ -317,6 +317,29 @@ TEST_F(recurrent_stage, ASnapshotNamingAnotherNamespaceIsAnErrorDecisionAndQuara
     check();
 }
 
+// A bad byte in a stored snapshot is caught by the snapshot's own checksum when the
+// restore decodes it: an error decision, nothing left in the session, the entry
+// quarantined.
+TEST_F(recurrent_stage, ACorruptedSnapshotBlockIsAnIntegrityErrorAndQuarantined) {
+    const toks a = testing::run_of(100, 20);  // checkpoints 8, 16 and the end, 19
+    request(0, a);
+    cache->wait_for_records();
+    exact_state_store & store = cache->exact_store_for_testing();
+    for (entry_id id : store.entries_for_testing()) {
+        const auto blobs = store.blobs_for_testing(id);
+        ASSERT_FALSE(blobs.empty());
+        ASSERT_TRUE(store.corrupt_for_testing(blobs.back(), 9));  // the state page is last
+    }
+    const restore_result r = cache->restore({ns, 1, a, 19, lookup_kind::try_restore, false, 0, {}});
+    EXPECT_EQ(r.outcome, lookup_outcome::error);
+    EXPECT_EQ(r.restored_tokens, 0);
+    EXPECT_EQ(sink->last(lookup_event_name, "skippy.kv.error_class"), "integrity");
+    EXPECT_EQ(sink->last(lookup_event_name, "skippy.exact_cache.quarantined"), "true");
+    EXPECT_EQ(*backend.session_tokens(1), 0) << "nothing of it stays in the session";
+    EXPECT_GE(cache->stats().n_quarantines, 1);
+    check();
+}
+
 TEST_F(recurrent_stage, CheckpointsMergedInThePendingSlotKeepTheirOwnSnapshots) {
     // The worker held inside an unrelated record: every record of the next prompt waits
     // in the pending slot and merges there.

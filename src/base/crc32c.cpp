@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstring>
 
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(__x86_64__)  // _mm_crc32_u64 needs 64-bit mode
 #include <nmmintrin.h>
 #define SKIPPY_CRC32C_X86 1
 #endif

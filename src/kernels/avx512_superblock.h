@@ -250,8 +250,8 @@ struct superblock_kernel {
     // loaded once for R vectors; each row's codes and scales are unpacked once, and each
     // broadcast weight dword serves G groups. Rows (lane_rows) is 1 for the prefill
     // groups (a vector is one row, w[r], and 16 tokens) or 2 for run_pairs (a vector is
-    // rows w[2r] in lanes 0-7 and w[2r + 1] in lanes 8-15, with the same 8 tokens in
-    // both halves); either way every lane does its (row, token)'s operations in the
+    // row w[2r] in its even lanes and w[2r + 1] in its odd ones, lanes 2t and 2t + 1
+    // both token t); either way every lane does its (row, token)'s operations in the
     // reference's order.
     template <int R, int G, int Rows = 1>
     static void tokens(const uint8_t * const w[R * Rows], const token_group * const g[G], int64_t b0, int64_t b1, __m512 acc[R][G]) {
@@ -266,8 +266,8 @@ struct superblock_kernel {
                 W::codes(w[r] + b * wbb, codes[r]);
                 W::scales(w[r] + b * wbb, sc[r], pair[r]);
             }
-            // Two rows per vector: their codes interleaved by dword (pairs_of), so that
-            // one 64-bit broadcast load gives the pair.
+            // Two rows per vector: their codes interleaved by dword (interleave_dwords),
+            // so that one 64-bit broadcast load gives the pair.
             alignas(64) uint8_t paired[Rows == 2 ? R : 1][Rows == 2 ? 2 * qk_k : 64];
             if constexpr (Rows == 2) {
                 #pragma GCC unroll 4

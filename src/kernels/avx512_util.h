@@ -600,7 +600,8 @@ void mul_tile_driver(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, cons
     }
     if (t < n_tokens) {
         if constexpr (k_pair_min_tokens<K> > 0) {
-            if (n_tokens - t >= k_pair_min_tokens<K> && n_tokens - t <= k_pair_max_tokens) {
+            // (nb == 0: no block to add up; decode_tile writes the zeros vec_dot gives.)
+            if (n_tokens - t >= k_pair_min_tokens<K> && n_tokens - t <= k_pair_max_tokens && nb > 0) {
                 run_pairs<K>(w, w_row_bytes, n_rows, xq + static_cast<size_t>(t) * xq_row_bytes, xq_row_bytes, n_tokens - t, nb,
                              y + t * y_stride, y_stride);
                 return;

@@ -142,7 +142,7 @@ TEST_P(path_per_type, MulTileOfAnyShapeEqualsVecDotBitwise) {
     const auto w = weight_rows(t, max_rows, n, 3);
     const auto x = activation_rows(t, max_tokens, n, 4);
     for (int64_t n_rows : {1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 19, 32, 33}) {
-        for (int64_t n_tokens : {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 18, 31, 32, 33, 49}) {
+        for (int64_t n_tokens : {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 18, 22, 23, 24, 31, 32, 33, 49}) {
             check_tile(t, k, w, x, n, n_rows, n_tokens, std::to_string(n_rows) + "x" + std::to_string(n_tokens) + " tile");
             if (HasFatalFailure()) return;
         }

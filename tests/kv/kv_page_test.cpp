@@ -146,7 +146,7 @@ TEST(kv_page, HeaderFieldsAreCheckedBeforeUse) {
     EXPECT_EQ(with(0, 'X'), error_code::invalid_data);   // magic
     EXPECT_EQ(with(8, 4), error_code::unsupported);      // version 4
     EXPECT_EQ(with(8, 2), error_code::invalid_data);     // version 2 has a 32-byte checksum
-    EXPECT_EQ(with(8, 1), error_code::invalid_data);     // version 1 too, and bytes 28..31 reserved
+    EXPECT_EQ(with(8, 1), error_code::invalid_data);     // version 1 too
     EXPECT_EQ(with(10, 7), error_code::unsupported);     // layout 7
     EXPECT_EQ(with(12, 9), error_code::invalid_data);    // dtype 9
     EXPECT_EQ(with(13, 1), error_code::invalid_data);    // reserved
@@ -257,6 +257,19 @@ TEST(kv_page, AVersionOnePageOfEveryLayerStillImports) {
     auto page = export_page(src, 3, 5, 0, 2);
     ASSERT_TRUE(page.is_ok());
     const std::vector<uint8_t> v1 = with_sha256_checksum(*page, 1);
+    // Its bytes 28..31 are reserved: a version 1 page (checksum intact) with them set is
+    // refused, not read as a count of KV layers.
+    std::vector<uint8_t> v1_reserved = with_sha256_checksum(*page, 1);
+    v1_reserved[28] = 2;
+    {
+        const size_t body = v1_reserved.size() - kv_page_sha256_checksum_bytes;
+        unsigned int n = 0;
+        ASSERT_EQ(EVP_Digest(v1_reserved.data(), body, v1_reserved.data() + body, &n, EVP_sha256(), nullptr), 1);
+    }
+    auto refused = validate_page(v1_reserved);
+    ASSERT_FALSE(refused.is_ok());
+    EXPECT_EQ(refused.error().code(), error_code::invalid_data);
+    EXPECT_NE(refused.error().to_string().find("reserved"), std::string::npos) << refused.error().to_string();
     auto h = validate_page(v1);
     ASSERT_TRUE(h.is_ok()) << h.error().to_string();
     EXPECT_EQ(h->version, 1);

@@ -77,42 +77,50 @@ struct shape {
 };
 const shape k_shapes[] = {{2816, 1024} /* ffn_up/gate */, {1024, 2816} /* ffn_down */, {1024, 1024} /* attn_q/o */};
 
+// A model pass reads each matrix from memory, not from cache: the products cycle over
+// copies of the matrix spanning 256 MiB.
+struct matrix_copies {
+    tensor_type          type;
+    shape                dims;
+    size_t               matrix_bytes;
+    size_t               n_copies;
+    std::vector<uint8_t> all;
+    size_t               next = 0;
+
+    matrix_copies(tensor_type t, shape s)
+        : type(t), dims(s), matrix_bytes(row_bytes(t, s.n_cols) * static_cast<size_t>(s.n_rows)),
+          n_copies(std::max<size_t>(1, (size_t(256) << 20) / matrix_bytes)), all(matrix_bytes * n_copies) {
+        const std::vector<uint8_t> one = make_matrix(t, s.n_rows, s.n_cols);
+        for (size_t c = 0; c < n_copies; ++c) std::copy(one.begin(), one.end(), all.begin() + static_cast<ptrdiff_t>(c * matrix_bytes));
+    }
+    // The next copy to multiply by.
+    matrix_view view() {
+        const matrix_view w{type, all.data() + next * matrix_bytes, dims.n_cols, dims.n_rows};
+        next = (next + 1) % n_copies;
+        return w;
+    }
+};
+
 void matvec(benchmark::State & state, tensor_type t, shape s, int n_threads) {
-    const size_t matrix_bytes = row_bytes(t, s.n_cols) * static_cast<size_t>(s.n_rows);
-    const size_t n_copies = std::max<size_t>(1, (size_t(256) << 20) / matrix_bytes);
-    const std::vector<uint8_t> one = make_matrix(t, s.n_rows, s.n_cols);
-    std::vector<uint8_t> all(matrix_bytes * n_copies);
-    for (size_t c = 0; c < n_copies; ++c) std::copy(one.begin(), one.end(), all.begin() + static_cast<ptrdiff_t>(c * matrix_bytes));
+    matrix_copies m(t, s);
     const auto x = random_floats(s.n_cols, 99, 1.0f);
     std::vector<float> y(static_cast<size_t>(s.n_rows));
     thread_pool * pool = pool_of(n_threads);
-    size_t c = 0;
     for (auto _ : state) {
-        const matrix_view w{t, all.data() + c * matrix_bytes, s.n_cols, s.n_rows};
-        matmul(w, x.data(), 1, y.data(), pool);
+        matmul(m.view(), x.data(), 1, y.data(), pool);
         benchmark::DoNotOptimize(y.data());
-        c = (c + 1) % n_copies;
     }
-    state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * matrix_bytes));
+    state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * m.matrix_bytes));
 }
 
-// A model pass reads each matrix from memory, not from cache: the products cycle over
-// copies of the matrix spanning 256 MiB, as matvec's do.
 void matmul_tokens(benchmark::State & state, tensor_type t, shape s, int64_t n_tokens, int n_threads) {
-    const size_t matrix_bytes = row_bytes(t, s.n_cols) * static_cast<size_t>(s.n_rows);
-    const size_t n_copies = std::max<size_t>(1, (size_t(256) << 20) / matrix_bytes);
-    const std::vector<uint8_t> one = make_matrix(t, s.n_rows, s.n_cols);
-    std::vector<uint8_t> all(matrix_bytes * n_copies);
-    for (size_t c = 0; c < n_copies; ++c) std::copy(one.begin(), one.end(), all.begin() + static_cast<ptrdiff_t>(c * matrix_bytes));
+    matrix_copies m(t, s);
     const auto x = random_floats(s.n_cols * n_tokens, 7, 1.0f);
     std::vector<float> y(static_cast<size_t>(s.n_rows * n_tokens));
     thread_pool * pool = pool_of(n_threads);
-    size_t c = 0;
     for (auto _ : state) {
-        const matrix_view w{t, all.data() + c * matrix_bytes, s.n_cols, s.n_rows};
-        matmul(w, x.data(), n_tokens, y.data(), pool);
+        matmul(m.view(), x.data(), n_tokens, y.data(), pool);
         benchmark::DoNotOptimize(y.data());
-        c = (c + 1) % n_copies;
     }
     state.SetItemsProcessed(state.iterations() * 2 * s.n_rows * s.n_cols * n_tokens);
     state.counters["GFLOP/s"] = benchmark::Counter(static_cast<double>(2 * s.n_rows * s.n_cols * n_tokens) * 1e-9,

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <fstream>
@@ -26,8 +27,30 @@ protected:
         auto r = run_command({skippy_binary_path(), "make-model", "--arch", "llama", "--n-embd", "64", "--n-layer", "6", "--n-head",
                               "4", "--n-head-kv", "2", "--n-ff", "128", "--n-vocab", "300", "--type", "Q8_0", "-o", model_});
         ASSERT_EQ(r.exit_code, 0) << r.err;
-        for (int i = 0; i < 3; ++i) real_.push_back({"127.0.0.1", static_cast<uint16_t>(free_port())});
-        for (int i = 0; i < 3; ++i) proxies_.push_back(std::make_unique<fault_proxy>(real_[static_cast<size_t>(i)]));
+        while (real_.size() < 3) {
+            const auto port = static_cast<uint16_t>(free_port());
+            if (std::none_of(real_.begin(), real_.end(), [&](const transport::endpoint & e) { return e.port == port; })) {
+                real_.push_back({"127.0.0.1", port});
+            }
+        }
+        // free_port() released its ports, so a proxy's listener may be given one of them
+        // (a topology then names one endpoint twice): such a proxy is made again while
+        // the clashing one still holds its port.
+        const auto clashes = [&](const fault_proxy & p) {
+            for (const transport::endpoint & e : real_) {
+                if (e.port == p.address().port) return true;
+            }
+            return false;
+        };
+        for (int i = 0; i < 3; ++i) {
+            auto proxy = std::make_unique<fault_proxy>(real_[static_cast<size_t>(i)]);
+            for (int attempt = 0; attempt < 10 && clashes(*proxy); ++attempt) {
+                auto again = std::make_unique<fault_proxy>(real_[static_cast<size_t>(i)]);
+                proxy = std::move(again);
+            }
+            ASSERT_FALSE(clashes(*proxy));
+            proxies_.push_back(std::move(proxy));
+        }
         for (int i = 1; i < 3; ++i) {
             stages_.push_back(std::make_unique<background_process>(
                 std::vector<std::string>{skippy_binary_path(), "serve-stage", "--topology", topology_for(i), "--stage", std::to_string(i),

@@ -19,6 +19,8 @@
 //   pair_min_tokens  the fewest tokens of a batched decode step that go to run_pairs
 //                 (two rows per vector, avx512_util.h), 0 for none: where it beats the
 //                 decode tile on BM_matmul
+//   prescaled     optional, true: codes() gives code * sc_j (each still a byte) and
+//                 scales() gives sc_j = 1, so no product is multiplied by a scale
 // and for decode (rows16 below):
 //   struct decode_x; void x_decode(xb, decode_x &)   a token's activation block,
 //                 rearranged once for 16 rows (in the order the format's codes come)
@@ -30,7 +32,8 @@
 //
 // tokens16: per sub-block, vpdpbusd of the broadcast codes (u8) with the rearranged
 // activations (s8) gives the exact sub-block sum of every token; it is multiplied by
-// sc_j (vpmulld, exact: |sc_j * sum| <= 32 * 255 * 128 * 128 < 2^31) and added. The bsums terms go through
+// sc_j (vpmulld, exact: |sc_j * sum| <= 32 * 255 * 128 * 128 < 2^31) and added, unless
+// the format's codes come prescaled (W::prescaled, Q2_K). The bsums terms go through
 // vpdpwssd (int16 pairs). The float step runs one output per lane.
 #pragma once
 
@@ -218,6 +221,15 @@ struct superblock_kernel {
     static constexpr int dwords_per_sub = 64 / n_sub;
     // Batched decode steps of this many tokens or more (up to 8) take run_pairs.
     static constexpr int pair_min_tokens = W::pair_min_tokens;
+    // W::prescaled (optional): codes() gives each code times its sub-block's scale and
+    // every scale is 1, so tokens() adds the sub-block sums without a vpmulld.
+    static constexpr bool prescaled = [] {
+        if constexpr (requires { W::prescaled; }) {
+            return W::prescaled;
+        } else {
+            return false;
+        }
+    }();
     static_assert(!W::has_min || W::bias_shift < 0, "a format has mins or a bias, not both");
     static_assert(W::has_min || W::off_dmin == 0, "off_dmin is for formats with mins");
 
@@ -276,19 +288,22 @@ struct superblock_kernel {
             // The codes are read back as broadcast loads (a load port each), not moved
             // through registers (two shuffles each, on the ports the products need).
             __asm__("" : "+m"(codes), "+m"(paired));
-            __m512i isum[R][G];
+            // a: the current sub-block's sums, added to isum times the scale; with
+            // prescaled codes, the whole block's (nothing to multiply).
+            __m512i isum[R][G], a[R][G];
             #pragma GCC unroll 4
             for (int r = 0; r < R; ++r) {
                 #pragma GCC unroll 2
-                for (int q = 0; q < G; ++q) isum[r][q] = _mm512_setzero_si512();
+                for (int q = 0; q < G; ++q) isum[r][q] = a[r][q] = _mm512_setzero_si512();
             }
             #pragma GCC unroll 16
             for (int j = 0; j < n_sub; ++j) {
-                __m512i a[R][G];
-                #pragma GCC unroll 4
-                for (int r = 0; r < R; ++r) {
-                    #pragma GCC unroll 2
-                    for (int q = 0; q < G; ++q) a[r][q] = _mm512_setzero_si512();
+                if constexpr (!prescaled) {
+                    #pragma GCC unroll 4
+                    for (int r = 0; r < R; ++r) {
+                        #pragma GCC unroll 2
+                        for (int q = 0; q < G; ++q) a[r][q] = _mm512_setzero_si512();
+                    }
                 }
                 #pragma GCC unroll 8
                 for (int k = j * dwords_per_sub; k < (j + 1) * dwords_per_sub; ++k) {
@@ -307,11 +322,20 @@ struct superblock_kernel {
                         for (int q = 0; q < G; ++q) a[r][q] = _mm512_dpbusd_epi32(a[r][q], c, x[q]);
                     }
                 }
+                if constexpr (!prescaled) {
+                    #pragma GCC unroll 4
+                    for (int r = 0; r < R; ++r) {
+                        const __m512i s = lane_rows_i32<Rows>(sc[Rows * r][j], sc[Rows * r + Rows - 1][j]);
+                        #pragma GCC unroll 2
+                        for (int q = 0; q < G; ++q) isum[r][q] = _mm512_add_epi32(isum[r][q], _mm512_mullo_epi32(a[r][q], s));
+                    }
+                }
+            }
+            if constexpr (prescaled) {
                 #pragma GCC unroll 4
                 for (int r = 0; r < R; ++r) {
-                    const __m512i s = lane_rows_i32<Rows>(sc[Rows * r][j], sc[Rows * r + Rows - 1][j]);
                     #pragma GCC unroll 2
-                    for (int q = 0; q < G; ++q) isum[r][q] = _mm512_add_epi32(isum[r][q], _mm512_mullo_epi32(a[r][q], s));
+                    for (int q = 0; q < G; ++q) isum[r][q] = a[r][q];
                 }
             }
             #pragma GCC unroll 4
@@ -428,7 +452,7 @@ struct superblock_kernel {
                 const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), loadu_256(codes + 32 * v), loadu_256(xb + q8_k_off_qs + 32 * v));
                 const __m256i mult = n_sub == 8 ? _mm256_set1_epi32(sc[v])
                                                 : _mm256_set_m128i(_mm_set1_epi32(sc[(2 * v + 1) % n_sub]), _mm_set1_epi32(sc[(2 * v) % n_sub]));
-                acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(p, mult));
+                acc = _mm256_add_epi32(acc, prescaled ? p : _mm256_mullo_epi32(p, mult));
             }
             const __m256i pairs = _mm256_setr_epi32(static_cast<int32_t>(pair[0]), static_cast<int32_t>(pair[1]),
                                                     static_cast<int32_t>(pair[2]), static_cast<int32_t>(pair[3]),

@@ -63,4 +63,50 @@ void swiglu(const float * gate, const float * up, float * out, int64_t n) {
     }
 }
 
+// Two passes: the largest value (vmaxps keeps its second operand, the running maximum,
+// when the new value is a NaN, so NaNs are never taken), then its first index (equal
+// compares -0 and +0 equal, as the reference's > does). The reference's loop ends on
+// the first index of the largest non-NaN value, which is the same index.
+int64_t argmax_first(const float * x, int64_t n) {
+    if (x[0] != x[0]) return 0;  // nothing compares greater than a NaN at index 0
+    __m256 m0 = _mm256_set1_ps(x[0]), m1 = m0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+        m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), m1);
+    }
+    for (; i + 8 <= n; i += 8) m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, _mm256_max_ps(m0, m1));
+    float m = lanes[0];
+    for (int l = 1; l < 8; ++l) m = lanes[l] > m ? lanes[l] : m;
+    for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+    const __m256 mv = _mm256_set1_ps(m);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const int hits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + j), mv, _CMP_EQ_OQ));
+        if (hits != 0) return j + __builtin_ctz(static_cast<unsigned>(hits));
+    }
+    for (; j < n; ++j) {
+        if (x[j] == m) return j;
+    }
+    return 0;  // not reached: m is one of the values
+}
+
+// x - x is +0 for a finite x and NaN for an infinity or a NaN.
+bool all_finite(const float * x, int64_t n) {
+    __m256 bad = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        const __m256 d = _mm256_sub_ps(v, v);
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(d, d, _CMP_UNORD_Q));
+    }
+    if (_mm256_movemask_ps(bad) != 0) return false;
+    for (; i < n; ++i) {
+        if (x[i] - x[i] != 0.0f) return false;
+    }
+    return true;
+}
+
 }  // namespace skippy::kernels::avx2

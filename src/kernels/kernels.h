@@ -123,6 +123,16 @@ void exp_shifted(const float * x, float shift, float * y, int64_t n);
 // be gate or up), with exp_shifted's exp; the same bits in every implementation.
 void swiglu(const float * gate, const float * up, float * out, int64_t n);
 
+// The index the loop `best = 0; for i in [1, n): if (x[i] > x[best]) best = i` ends
+// with: the first index of the largest value (-0 and +0 equal), NaNs never taken
+// (and if x[0] is a NaN, 0). The same index in every implementation. Greedy sampling
+// over a vocabulary's logits.
+// REQUIRES: n >= 1.
+int64_t argmax_first(const float * x, int64_t n);
+
+// Whether no x[i] (i < n) is infinite or NaN.
+bool all_finite(const float * x, int64_t n);
+
 // The kernel path in use: "scalar", "avx2", "avx512" or "amx". Chosen on first use
 // from CPUID (the fastest path the CPU supports; SKIPPY_KERNELS=<path> forces one), or
 // by select_implementation. Every path gives bitwise the same results.

@@ -35,6 +35,8 @@ void add_scaled_f16(const float * a, const uint8_t * rows, size_t row_stride_byt
 // Element-wise (avx2_math.cpp), as vector_math.cpp's scalar versions.
 void exp_shifted(const float * x, float shift, float * y, int64_t n);
 void swiglu(const float * gate, const float * up, float * out, int64_t n);
+int64_t argmax_first(const float * x, int64_t n);
+bool all_finite(const float * x, int64_t n);
 
 // Q8_0 (avx2_q8_0.cpp).
 void from_float_q8_0_activation(const float * src, uint8_t * dst, int64_t n);

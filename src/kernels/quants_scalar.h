@@ -30,11 +30,13 @@ float vec_dot_bf16(const uint8_t * w_row, const uint8_t * x_row, int64_t n);
 void add_scaled_f32(const float * a, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows, float * y, int64_t n);
 void add_scaled_f16(const float * a, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows, float * y, int64_t n);
 
-// Element-wise kernels (vector_math.cpp): kernels.h's exp_shifted and swiglu, and the
-// exp approximation they share (exp_approx.h).
+// Element-wise kernels (vector_math.cpp): kernels.h's exp_shifted, swiglu, argmax_first
+// and all_finite, and the exp approximation the first two share (exp_approx.h).
 float exp_approx(float x);
 void exp_shifted(const float * x, float shift, float * y, int64_t n);
 void swiglu(const float * gate, const float * up, float * out, int64_t n);
+int64_t argmax_first(const float * x, int64_t n);
+bool all_finite(const float * x, int64_t n);
 
 // Q8_0 (quants_q8_0.cpp).
 void to_float_q8_0(const uint8_t * src, float * dst, int64_t n);

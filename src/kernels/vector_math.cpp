@@ -1,5 +1,6 @@
-// Element-wise kernels of the forward pass (softmax weights, SwiGLU): the scalar
-// reference and the dispatch to AVX2 or AVX-512 (which the AMX path uses too).
+// Element-wise kernels of the forward pass (softmax weights, SwiGLU) and of sampling
+// (argmax, the finiteness check): the scalar reference and the dispatch to AVX2 or
+// AVX-512 (which the AMX path uses too).
 #include "kernels/kernels.h"
 
 #include "kernels/exp_approx.h"
@@ -8,6 +9,7 @@
 
 #include "base/fp16.h"
 
+#include <cmath>
 #include <cstring>
 
 #if SKIPPY_KERNELS_AVX2
@@ -61,6 +63,21 @@ void swiglu(const float * gate, const float * up, float * out, int64_t n) {
     }
 }
 
+int64_t argmax_first(const float * x, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; ++i) {
+        if (x[i] > x[best]) best = i;
+    }
+    return best;
+}
+
+bool all_finite(const float * x, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        if (!std::isfinite(x[i])) return false;
+    }
+    return true;
+}
+
 }  // namespace scalar
 
 void exp_shifted(const float * x, float shift, float * y, int64_t n) {
@@ -79,6 +96,22 @@ void swiglu(const float * gate, const float * up, float * out, int64_t n) {
     if (impl == implementation::avx2) return avx2::swiglu(gate, up, out, n);
 #endif
     scalar::swiglu(gate, up, out, n);
+}
+
+// AVX2 for the AVX-512 and AMX paths too: these passes are read-bound, and eight lanes
+// already take them from L2 at about the rate it delivers.
+int64_t argmax_first(const float * x, int64_t n) {
+#if SKIPPY_KERNELS_AVX2
+    if (active_impl() != implementation::scalar) return avx2::argmax_first(x, n);
+#endif
+    return scalar::argmax_first(x, n);
+}
+
+bool all_finite(const float * x, int64_t n) {
+#if SKIPPY_KERNELS_AVX2
+    if (active_impl() != implementation::scalar) return avx2::all_finite(x, n);
+#endif
+    return scalar::all_finite(x, n);
 }
 
 }  // namespace skippy::kernels

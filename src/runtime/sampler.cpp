@@ -1,5 +1,7 @@
 #include "runtime/sampler.h"
 
+#include "kernels/kernels.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -97,6 +99,7 @@ void sampler::set_history(std::span<const token_id> sequence) {
 }
 
 status sampler::check_finite(std::span<const float> logits) {
+    if (kernels::all_finite(logits.data(), static_cast<int64_t>(logits.size()))) return status::ok();
     for (size_t i = 0; i < logits.size(); ++i) {
         if (!std::isfinite(logits[i])) {
             return make_error(error_code::runtime, "the model computed a logit that is not finite (" +
@@ -164,13 +167,7 @@ void top_candidates(std::span<const float> logits, size_t k, std::vector<std::pa
 
 token_id sampler::pick(std::span<const float> logits) {
     const int64_t n_vocab = static_cast<int64_t>(logits.size());
-    if (config_.greedy()) {
-        token_id best = 0;
-        for (int64_t i = 1; i < n_vocab; ++i) {
-            if (logits[static_cast<size_t>(i)] > logits[static_cast<size_t>(best)]) best = static_cast<token_id>(i);
-        }
-        return best;
-    }
+    if (config_.greedy()) return n_vocab > 0 ? static_cast<token_id>(kernels::argmax_first(logits.data(), n_vocab)) : 0;
 
     // Candidates sorted by logit, descending; ties by id for determinism.
     size_t n = static_cast<size_t>(n_vocab);

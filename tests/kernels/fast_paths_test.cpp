@@ -577,6 +577,77 @@ TEST(kernels_exp, AFiniteValueShiftedByItselfIsExactlyOne) {
     EXPECT_GT(checked, 1000);
 }
 
+// Arrays for argmax_first and all_finite: random logits of every length class around the
+// vector widths, with ties (-0 and +0, repeated maxima), infinities and NaNs placed at
+// the front, inside, in the tail and at the maximum's position.
+std::vector<std::vector<float>> sampling_inputs() {
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    std::vector<std::vector<float>> cases;
+    uint32_t seed = 900;
+    for (int64_t n : {1, 2, 7, 8, 9, 15, 16, 17, 23, 24, 25, 31, 32, 33, 100, 1000, 32000}) {
+        std::vector<float> base = random_row(n, seed++);
+        cases.push_back(base);
+        const size_t hi = static_cast<size_t>(std::max_element(base.begin(), base.end()) - base.begin());
+        // A repeated maximum: the first one must win, also from the tail.
+        for (size_t at : {size_t(0), hi / 2, base.size() - 1}) {
+            std::vector<float> v = base;
+            v[at] = v[hi];
+            cases.push_back(v);
+        }
+        // All equal, all zeros of both signs, all negative infinities.
+        cases.push_back(std::vector<float>(base.size(), 3.0f));
+        std::vector<float> zeros(base.size(), -1.0f);
+        for (size_t i = 0; i < zeros.size(); i += 3) zeros[i] = (i / 3) % 2 == 0 ? -0.0f : 0.0f;
+        cases.push_back(zeros);
+        cases.push_back(std::vector<float>(base.size(), -inf));
+        // One special value at the front, the middle, the last and the maximum's place.
+        for (float special : {nan, inf, -inf, std::numeric_limits<float>::max()}) {
+            for (size_t at : {size_t(0), base.size() / 2, base.size() - 1, hi}) {
+                std::vector<float> v = base;
+                v[at] = special;
+                cases.push_back(v);
+            }
+        }
+        // NaNs everywhere but one place.
+        std::vector<float> nans(base.size(), nan);
+        nans[base.size() / 2] = -5.0f;
+        cases.push_back(nans);
+    }
+    return cases;
+}
+
+TEST(kernels_sampling, ArgmaxAndFinitenessEqualTheScalarReference) {
+    const auto cases = sampling_inputs();
+    ASSERT_GT(cases.size(), 300u);
+    for (size_t c = 0; c < cases.size(); ++c) {
+        const std::vector<float> & v = cases[c];
+        const int64_t n = static_cast<int64_t>(v.size());
+        // The reference is the loop kernels.h states; check it against a plain search too.
+        const int64_t want = scalar::argmax_first(v.data(), n);
+        if (v[0] == v[0]) {
+            for (int64_t i = 0; i < n; ++i) {
+                if (v[static_cast<size_t>(i)] == v[static_cast<size_t>(i)]) {
+                    ASSERT_FALSE(v[static_cast<size_t>(i)] > v[static_cast<size_t>(want)]) << "case " << c;
+                    if (i < want) {
+                        ASSERT_FALSE(v[static_cast<size_t>(i)] == v[static_cast<size_t>(want)]) << "case " << c;
+                    }
+                }
+            }
+        } else {
+            ASSERT_EQ(want, 0) << "case " << c;
+        }
+        const bool finite = std::all_of(v.begin(), v.end(), [](float f) { return std::isfinite(f); });
+        ASSERT_EQ(scalar::all_finite(v.data(), n), finite) << "case " << c;
+        if (cpu_supports(implementation::avx2)) {
+            ASSERT_EQ(avx2::argmax_first(v.data(), n), want) << "avx2, case " << c << ", n " << n;
+            ASSERT_EQ(avx2::all_finite(v.data(), n), finite) << "avx2, case " << c << ", n " << n;
+        }
+        ASSERT_EQ(argmax_first(v.data(), n), want) << "dispatch, case " << c;
+        ASSERT_EQ(all_finite(v.data(), n), finite) << "dispatch, case " << c;
+    }
+    if (!cpu_supports(implementation::avx2)) GTEST_SKIP() << "the scalar reference ran; the AVX2 path needs AVX2";
+}
+
 TEST(kernels_exp, ApproximationIsWithinAFewUlpOfExp) {
     for (float v : exp_inputs()) {
         const float got = scalar::exp_approx(v);

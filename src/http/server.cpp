@@ -105,8 +105,13 @@ std::string make_system_fingerprint(const server_options & o) {
     return buf;
 }
 
+}  // namespace
+
 // Threads for generation requests, which block while they wait for a lane and while
-// they run. Tasks run in submission order.
+// they run. Tasks run in submission order. (Outside the anonymous namespace because
+// http_server::impl, which has linkage, holds one; the name is this file's alone.)
+namespace server_internal {
+
 class worker_pool {
 public:
     explicit worker_pool(int32_t n_threads) {
@@ -157,6 +162,10 @@ private:
     std::vector<std::thread>          threads_;
 };
 
+}  // namespace server_internal
+
+namespace {
+
 telemetry::event named_event(std::string name) {
     telemetry::event e;
     e.name = std::move(name);
@@ -183,8 +192,7 @@ struct generation_job {
     std::vector<token_id> prompt;
     chat::output_format   format;  // chat: how to read the output
     // tool_choice required / named: the GBNF that admits only the call(s)
-    // (chat::tool_call_grammar). Not yet applied: constraining sampling with it is the
-    // grammar-constrained sampler's job; until then the output is parsed as for auto.
+    // (chat::tool_call_grammar); run() constrains sampling with it.
     std::string           tool_grammar;
     response_meta         meta;
     lane_lease            lease;
@@ -217,7 +225,7 @@ struct http_server::impl {
     int64_t                       created_unix_s = static_cast<int64_t>(std::time(nullptr));
     // A request holds its worker while it waits for a lane and while it runs, so every
     // lane and queue place needs one, plus a few for requests being parsed or refused.
-    worker_pool                   workers;
+    server_internal::worker_pool  workers;
     event_loop                    loop;
     std::thread                   thread;
     std::mutex                    stop_mutex;

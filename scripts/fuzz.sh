@@ -17,6 +17,11 @@
 #   SKIPPY_FUZZ_TIMEOUT=S: libFuzzer's per-input timeout in seconds (default 10). It is
 #   wall-clock time: a deep run at low priority on a busy machine wants more (e.g. 60),
 #   or an input that takes 0.3 s of CPU is reported as a timeout when starved.
+#   SKIPPY_FUZZ_JOBS=J: each fuzzer runs as J processes at once on its one corpus (libFuzzer
+#   reloads the corpus from disk, so each process picks up what the others found), for a
+#   deep run on J cores: with SKIPPY_FUZZ_RUNS=N each process runs N/J (rounded up) and
+#   the table gives their sum; time-bounded, each runs for the seconds. Their logs are
+#   build-fuzz/fuzz-logs/<fuzzer>.<j>.log. Default 1.
 #   SKIPPY_FUZZ_ONLY=a,b: run only the named fuzzers (protocol, jinja, gbnf, json_schema,
 #   http, gguf, handshake, tokenizer), e.g. to spread the deep run over several shells,
 #   one list each (a shell per core).
@@ -46,6 +51,11 @@ other_seconds=${5:-20}
 runs=${SKIPPY_FUZZ_RUNS:-}
 only=${SKIPPY_FUZZ_ONLY:-}
 unit_timeout=${SKIPPY_FUZZ_TIMEOUT:-10}
+jobs=${SKIPPY_FUZZ_JOBS:-1}
+if ! [[ "$jobs" =~ ^[1-9][0-9]*$ ]]; then
+  echo "fuzz.sh: SKIPPY_FUZZ_JOBS must be a positive number of processes, not '$jobs'" >&2
+  exit 2
+fi
 if ! [[ "$unit_timeout" =~ ^[1-9][0-9]*$ ]]; then
   echo "fuzz.sh: SKIPPY_FUZZ_TIMEOUT must be a positive number of seconds, not '$unit_timeout'" >&2
   exit 2
@@ -84,23 +94,51 @@ run_fuzzer() {
   shift 4
   if [ -n "$only" ] && [[ ",$only," != *",$name,"* ]]; then return 0; fi
   local bound=(-max_total_time="$secs")
-  if [ -n "$runs" ]; then bound=(-runs="$runs"); fi
-  local rc=0
-  "$build_dir/fuzz/$binary" "${bound[@]}" -timeout="$unit_timeout" -rss_limit_mb=2048 -print_final_stats=1 \
-    -artifact_prefix="$build_dir/" "$@" "$corpus" 2>&1 | tee "$logs/$name.log" >&2 || rc=$?
-  local execs rate result
-  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$logs/$name.log" | tail -1)
-  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$logs/$name.log" | tail -1)
+  if [ -n "$runs" ]; then bound=(-runs="$(((runs + jobs - 1) / jobs))"); fi
+  local flags=("${bound[@]}" -timeout="$unit_timeout" -rss_limit_mb=2048 -print_final_stats=1
+    -artifact_prefix="$build_dir/" "$@" "$corpus")
+  local rc=0 job_logs=()
+  if [ "$jobs" -eq 1 ]; then
+    job_logs=("$logs/$name.log")
+    "$build_dir/fuzz/$binary" "${flags[@]}" 2>&1 | tee "$logs/$name.log" >&2 || rc=$?
+  else
+    local pids=() j pid
+    for ((j = 1; j <= jobs; ++j)); do
+      job_logs+=("$logs/$name.$j.log")
+      "$build_dir/fuzz/$binary" "${flags[@]}" > "$logs/$name.$j.log" 2>&1 &
+      pids+=($!)
+    done
+    echo "fuzz.sh: $name: $jobs processes, logs in $logs/$name.<1..$jobs>.log" >&2
+    # The first process to fail stops the others: its input is what the run is for.
+    local remaining=$jobs status
+    while [ "$remaining" -gt 0 ]; do
+      status=0
+      wait -n "${pids[@]}" || status=$?
+      remaining=$((remaining - 1))
+      if [ "$status" -ne 0 ] && [ "$rc" -eq 0 ]; then
+        rc=$status
+        kill "${pids[@]}" 2>/dev/null || true
+      fi
+    done
+  fi
+  # Executions and rates add up over the processes; "?" when a log has no final stats.
+  local execs=0 rate=0 log value result
+  for log in "${job_logs[@]}"; do
+    value=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    if [[ "$value" =~ ^[0-9]+$ ]] && [ "$execs" != "?" ]; then execs=$((execs + value)); else execs="?"; fi
+    value=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+    if [[ "$value" =~ ^[0-9]+$ ]] && [ "$rate" != "?" ]; then rate=$((rate + value)); else rate="?"; fi
+  done
   if [ "$rc" -eq 0 ]; then
     result=ok
   else
     failed=1
     result="FAILED (exit $rc)"
     local artifact
-    artifact=$(sed -n "s/.*Test unit written to //p" "$logs/$name.log" | tail -1)
+    artifact=$(sed -n "s/.*Test unit written to //p" "${job_logs[@]}" | tail -1)
     if [ -n "$artifact" ]; then result="FAILED: $artifact"; fi
   fi
-  summary+=("$(printf '%-12s %12s %10s  %s' "$name" "${execs:-?}" "${rate:-?}" "$result")")
+  summary+=("$(printf '%-12s %12s %10s  %s' "$name" "$execs" "$rate" "$result")")
 }
 
 corpus="$build_dir/corpus/protocol"
@@ -147,6 +185,7 @@ mkdir -p "$corpus"
 run_fuzzer tokenizer tokenizer_fuzz "$other_seconds" "$corpus" -max_len=1024
 
 if [ -n "$runs" ]; then bound_text="$runs executions each"; else bound_text="time-bounded"; fi
+if [ "$jobs" -gt 1 ]; then bound_text="$bound_text, $jobs processes per fuzzer"; fi
 echo "fuzz.sh: summary ($bound_text)"
 printf '%-12s %12s %10s  %s\n' fuzzer executions exec/s result
 printf '%s\n' "${summary[@]}"

@@ -35,7 +35,10 @@ bool char_class::covers(uint32_t lo, uint32_t hi) const {
 
 char_class make_char_class(std::vector<std::pair<uint32_t, uint32_t>> ranges, bool negated) {
     std::sort(ranges.begin(), ranges.end());
+    // Sized up front: this runs for every class a grammar names, and each growth step is
+    // an allocation (costly under ASan, where the grammar fuzzers spend their time).
     std::vector<std::pair<uint32_t, uint32_t>> merged;
+    merged.reserve(ranges.size());
     for (auto [lo, hi] : ranges) {
         hi = std::min(hi, max_code_point);
         if (lo > hi) continue;
@@ -47,6 +50,7 @@ char_class make_char_class(std::vector<std::pair<uint32_t, uint32_t>> ranges, bo
     }
     if (negated) {
         std::vector<std::pair<uint32_t, uint32_t>> inverse;
+        inverse.reserve(merged.size() + 1);
         uint32_t next = 0;
         for (auto [lo, hi] : merged) {
             if (lo > next) inverse.emplace_back(next, lo - 1);
@@ -56,6 +60,7 @@ char_class make_char_class(std::vector<std::pair<uint32_t, uint32_t>> ranges, bo
         merged = std::move(inverse);
     }
     char_class out;
+    out.ranges.reserve(merged.size() + 1);  // the surrogate cut splits at most one range
     for (auto [lo, hi] : merged) {
         // Cut out the surrogates.
         if (hi < 0xD800 || lo > 0xDFFF) {

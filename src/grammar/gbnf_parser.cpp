@@ -3,6 +3,8 @@
 #include "grammar/parsed_grammar.h"
 #include "grammar/utf8.h"
 
+#include <array>
+#include <cstdint>
 #include <map>
 #include <unordered_map>
 
@@ -57,6 +59,12 @@ private:
     parsed_grammar        out_;
     std::unordered_map<std::string, uint32_t> rule_ids_;
     std::map<std::vector<std::pair<uint32_t, uint32_t>>, uint32_t> class_ids_;
+    static constexpr uint32_t no_class = UINT32_MAX;
+    std::array<uint32_t, 128> ascii_literal_class_ids_ = [] {
+        std::array<uint32_t, 128> ids;
+        ids.fill(no_class);
+        return ids;
+    }();
     size_t                n_symbols_ = 0;
     uint32_t              depth_ = 0;
     status                error_;
@@ -151,6 +159,17 @@ private:
 
     symbol chars_symbol(std::vector<std::pair<uint32_t, uint32_t>> ranges, bool negated) {
         return {symbol_kind::chars, class_id(make_char_class(std::move(ranges), negated))};
+    }
+
+    // Literal characters are most of a grammar's symbols (every property name of a JSON
+    // schema is one), so an ASCII one finds its class by its code point, without
+    // building and normalizing its one-range class again. The id is the one
+    // chars_symbol gave it the first time.
+    symbol literal_symbol(uint32_t cp) {
+        if (cp >= ascii_literal_class_ids_.size()) return chars_symbol({{cp, cp}}, false);
+        uint32_t & id = ascii_literal_class_ids_[cp];
+        if (id == no_class) id = chars_symbol({{cp, cp}}, false).index;
+        return {symbol_kind::chars, id};
     }
 
     std::string current_rule_name_;
@@ -317,7 +336,7 @@ private:
             SKIPPY_ASSIGN_OR_RETURN(uint32_t cp, parse_char());
             if (cp >= 0xD800 && cp <= 0xDFFF) return fail(char_at, "a surrogate code point cannot be matched in UTF-8");
             SKIPPY_TRY(count_symbols(1, char_at));
-            seq.push_back(chars_symbol({{cp, cp}}, false));
+            seq.push_back(literal_symbol(cp));
         }
         return status::ok();
     }

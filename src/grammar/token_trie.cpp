@@ -126,6 +126,7 @@ int32_t token_mask::count() const {
 
 std::vector<token_id> token_mask::ids() const {
     std::vector<token_id> out;
+    out.reserve(size_t(count()));
     for (size_t i = 0; i < words_.size(); ++i) {
         uint64_t w = words_[i];
         while (w) {

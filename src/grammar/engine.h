@@ -43,9 +43,15 @@ public:
     uint32_t step(uint32_t state, uint8_t byte) {
         state_rec & r = states_[state];
         if (r.row >= 0) {
-            uint32_t & cell = rows_[size_t(r.row) * 256 + byte];
-            if (cell == unknown_state) cell = lookup_step(state, byte);
-            return cell;
+            const size_t cell = size_t(r.row) * 256 + byte;
+            if (rows_[cell] == unknown_state) {
+                const uint32_t next = lookup_step(state, byte);
+                // A limit, not the grammar, stopped that step: remembering its
+                // dead_state would refuse the byte after matcher::reset() too.
+                if (failed()) return dead_state;
+                rows_[cell] = next;
+            }
+            return rows_[cell];
         }
         if (++r.n_steps == row_after_steps && n_rows_ < max_rows) {
             r.row = int32_t(n_rows_++);

@@ -268,5 +268,65 @@ TEST(TokenMaskProperty, RepeatedStatesComeFromTheCacheWithTheSameAnswer) {
     EXPECT_EQ(m.stats().n_mask_cache_hits, 1u);
 }
 
+// A step that a limit stopped is not the grammar refusing the byte: after reset(),
+// which clears the failure and keeps the memo, the matcher must answer as a fresh one
+// does. json_schema_fuzzer found the opposite (an empty mask for a live state) once its
+// two walks shared a matcher: the failed step's dead_state had been kept in a state's
+// transition row.
+TEST(TokenMask, AfterALimitAndResetTheMatcherAnswersAsAFreshOne) {
+    const char * schema = R"({"t":"string","pattern":"^8888888              nlnnnnnnnnnnnnnn                )"
+                          R"(                                sv\\S*\\S*[a::zr*[?\\S*\\[og)s?\\S*\\S*[a:zr*[og)?\\number*[og)s?\\S*[a:z]{1,3} "})";
+    json_schema_options options;
+    options.strict = false;
+    auto gbnf = gbnf_from_json_schema(std::string_view(schema), options);
+    ASSERT_TRUE(gbnf.is_ok()) << gbnf.error().to_string();
+    grammar_ptr g = must_compile(*gbnf);
+    ASSERT_TRUE(g);
+    std::vector<std::string> pieces;
+    for (int b = 0; b < 256; ++b) pieces.push_back(std::string(1, char(b)));
+    for (const char * p : {"ab", "\":", "{\"", "12", "  ", "\n", "é", "日本", "😀"}) pieces.push_back(p);
+    pieces.push_back("");
+    auto vocab = must_build(pieces, {token_id(pieces.size() - 1)});
+    ASSERT_TRUE(vocab);
+    matcher_limits limits;
+    limits.max_stacks = 64;
+    limits.max_work_per_call = 200000;
+    limits.memo_budget_bytes = 1u << 20;
+    limits.max_cached_masks = 4;
+
+    int n_resets_after_a_limit = 0;
+    for (uint32_t seed = 0; seed < 40; ++seed) {
+        std::mt19937          rng(seed);
+        matcher               m(g, limits);
+        token_mask            mask;
+        std::vector<token_id> taken;
+        // Walk until a limit stops the matcher (or the grammar ends).
+        for (int step = 0; step < 200 && m.error().is_ok(); ++step) {
+            if (!m.allowed_tokens(*vocab, mask).is_ok()) break;
+            std::vector<token_id> ids = mask.ids();
+            ASSERT_FALSE(ids.empty());
+            token_id pick = ids[rng() % ids.size()];
+            if (vocab->is_end_of_generation(pick) || !m.advance_token(*vocab, pick).is_ok()) break;
+            taken.push_back(pick);
+        }
+        if (m.error().is_ok()) continue;
+        ++n_resets_after_a_limit;
+        // The same tokens again, up to where the limit struck, against a matcher with
+        // the default limits (which none of this reaches).
+        m.reset();
+        matcher    reference(g);
+        token_mask reference_mask;
+        for (size_t i = 0; i <= taken.size(); ++i) {
+            ASSERT_TRUE(reference.allowed_tokens(*vocab, reference_mask).is_ok());
+            if (!m.allowed_tokens(*vocab, mask).is_ok()) break;  // the limit again
+            ASSERT_EQ(mask.ids(), reference_mask.ids()) << "seed " << seed << ", after " << i << " tokens";
+            if (i == taken.size()) break;
+            ASSERT_TRUE(reference.advance_token(*vocab, taken[i]).is_ok());
+            ASSERT_TRUE(m.advance_token(*vocab, taken[i]).is_ok()) << "seed " << seed << ", token " << i;
+        }
+    }
+    EXPECT_GT(n_resets_after_a_limit, 0) << "no walk hit a limit: the test checks nothing";
+}
+
 }  // namespace
 }  // namespace skippy::grammar

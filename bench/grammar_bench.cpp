@@ -17,6 +17,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <benchmark/benchmark.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdlib>
 #include <filesystem>
@@ -223,6 +224,44 @@ void BM_unconstrained(benchmark::State & state) {
     }
 }
 BENCHMARK(BM_unconstrained);
+
+// What a request with response_format (or tools) pays before its first token: the
+// schema's GBNF and its compiled grammar. "wide" is a tool-call-like object: 40
+// properties, string enums, patterns, nested arrays.
+std::string wide_schema() {
+    nlohmann::ordered_json props = nlohmann::ordered_json::object();
+    for (int i = 0; i < 40; ++i) {
+        std::string key = "parameter_" + std::to_string(i) + "_of_the_tool";
+        switch (i % 4) {
+            case 0: props[key] = {{"type", "string"}, {"enum", {"first_choice_" + std::to_string(i), "second_choice", "a third, longer choice"}}}; break;
+            case 1: props[key] = {{"type", "integer"}, {"minimum", 0}, {"maximum", 1000}}; break;
+            case 2: props[key] = {{"type", "string"}, {"pattern", "^[a-z]{2,8}-[0-9]{3}$"}}; break;
+            default: props[key] = {{"type", "array"}, {"items", {{"type", "string"}}}, {"maxItems", 4}}; break;
+        }
+    }
+    nlohmann::ordered_json schema = {{"type", "object"}, {"properties", props}, {"additionalProperties", false}};
+    return schema.dump();
+}
+
+void schema_to_grammar(benchmark::State & state, const std::string & schema) {
+    for (auto _ : state) {
+        auto gbnf = gbnf_from_json_schema(std::string_view(schema));
+        if (!gbnf.is_ok()) {
+            state.SkipWithError(gbnf.error().message().c_str());
+            return;
+        }
+        auto g = compile(*gbnf);
+        if (!g.is_ok()) {
+            state.SkipWithError(g.error().message().c_str());
+            return;
+        }
+        benchmark::DoNotOptimize(g);
+    }
+}
+void BM_schema_to_grammar_bench(benchmark::State & s) { schema_to_grammar(s, bench_schema); }
+void BM_schema_to_grammar_wide(benchmark::State & s) { schema_to_grammar(s, wide_schema()); }
+BENCHMARK(BM_schema_to_grammar_bench)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_schema_to_grammar_wide)->Unit(benchmark::kMicrosecond);
 
 void BM_mask_synthetic_32k_warm(benchmark::State & s) { replay(s, synthetic(32000), true); }
 void BM_mask_synthetic_32k_cold(benchmark::State & s) { replay(s, synthetic(32000), false); }

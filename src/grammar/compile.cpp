@@ -84,38 +84,59 @@ namespace {
 std::vector<bool> rules_where(const parsed_grammar & g, bool nullable) {
     const size_t n_rules = g.rules.size();
     std::vector<bool> done(n_rules, false);
-    struct alt_ref { uint32_t rule, alt; };
-    std::vector<std::vector<alt_ref>> users(n_rules);   // rule → alternatives waiting on it
-    std::vector<std::vector<uint32_t>> pending(n_rules);  // per alternative: symbols not yet true
+    // Flat arrays rather than a vector per rule: compile() runs for every request with a
+    // schema, and these were most of its allocations.
+    // pending[alt_begin[r] + a]: symbols of rule r's alternative a not yet true.
+    std::vector<uint32_t> alt_begin(n_rules + 1, 0);
+    for (uint32_t r = 0; r < n_rules; ++r) alt_begin[r + 1] = alt_begin[r] + uint32_t(g.rules[r].alts.size());
+    std::vector<uint32_t> pending(alt_begin[n_rules], 0);
+    // users[user_begin[s], user_begin[s + 1]): the alternatives (as pending indices) that
+    // mention rule s, once per mention.
+    std::vector<uint32_t> user_begin(n_rules + 1, 0);
+    for (const auto & rule : g.rules) {
+        for (const auto & alt : rule.alts) {
+            for (const symbol & s : alt) {
+                if (s.kind == symbol_kind::rule) ++user_begin[s.index + 1];
+            }
+        }
+    }
+    for (size_t r = 0; r < n_rules; ++r) user_begin[r + 1] += user_begin[r];
+    std::vector<uint32_t> users(user_begin[n_rules]);
+    std::vector<uint32_t> user_fill(user_begin.begin(), user_begin.end() - 1);
     std::vector<uint32_t> queue;
     auto make_true = [&](uint32_t r) {
         if (!done[r]) { done[r] = true; queue.push_back(r); }
     };
     for (uint32_t r = 0; r < n_rules; ++r) {
         const auto & alts = g.rules[r].alts;
-        pending[r].assign(alts.size(), 0);
         for (uint32_t a = 0; a < alts.size(); ++a) {
+            const uint32_t alt_index = alt_begin[r] + a;
             bool impossible = false;
             for (const symbol & s : alts[a]) {
                 if (s.kind == symbol_kind::chars) {
                     // A character is never empty; a class is productive unless empty.
                     if (nullable || g.classes[s.index].ranges.empty()) impossible = true;
                 } else if (s.kind == symbol_kind::rule) {
-                    ++pending[r][a];
-                    users[s.index].push_back({r, a});
+                    ++pending[alt_index];
+                    users[user_fill[s.index]++] = alt_index;
                 }
             }
-            if (impossible) pending[r][a] = UINT32_MAX;
-            else if (pending[r][a] == 0) make_true(r);
+            if (impossible) pending[alt_index] = UINT32_MAX;
+            else if (pending[alt_index] == 0) make_true(r);
         }
+    }
+    // The rule of an alternative, for the alternatives a true rule releases.
+    std::vector<uint32_t> alt_rule(alt_begin[n_rules]);
+    for (uint32_t r = 0; r < n_rules; ++r) {
+        std::fill(alt_rule.begin() + alt_begin[r], alt_rule.begin() + alt_begin[r + 1], r);
     }
     while (!queue.empty()) {
         uint32_t r = queue.back();
         queue.pop_back();
-        for (auto [ur, ua] : users[r]) {
-            uint32_t & p = pending[ur][ua];
+        for (uint32_t u = user_begin[r]; u < user_begin[r + 1]; ++u) {
+            uint32_t & p = pending[users[u]];
             if (p == UINT32_MAX || p == 0) continue;
-            if (--p == 0) make_true(ur);
+            if (--p == 0) make_true(alt_rule[users[u]]);
         }
     }
     return done;
@@ -211,6 +232,14 @@ result<std::unique_ptr<grammar_data>> finish_grammar(parsed_grammar g, std::stri
     out->root = root;
     out->classes = std::move(g.classes);
     out->rule_alt_begin.reserve(g.rules.size() + 1);
+    out->rule_names.reserve(g.rules.size());
+    size_t n_alts = 0, n_symbols = 0;
+    for (const auto & rule : g.rules) {
+        n_alts += rule.alts.size();
+        for (const auto & alt : rule.alts) n_symbols += alt.size() + 1;
+    }
+    out->alt_starts.reserve(n_alts);
+    out->symbols.reserve(n_symbols);
     for (auto & rule : g.rules) {
         out->rule_alt_begin.push_back(uint32_t(out->alt_starts.size()));
         for (auto & alt : rule.alts) {

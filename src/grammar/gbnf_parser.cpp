@@ -3,6 +3,7 @@
 #include "grammar/parsed_grammar.h"
 #include "grammar/utf8.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
@@ -329,6 +330,13 @@ private:
     status parse_literal(sequence & seq) {
         size_t at = pos_;
         ++pos_;  // opening quote
+        // One symbol per character: reserve for the literal's bytes (an upper bound) up
+        // front, growing geometrically still, so a long literal is not a string of
+        // reallocations (the JSON-schema converter writes long ones, e.g. for enums).
+        size_t close = pos_;
+        while (close < src_.size() && src_[close] != '"') close += src_[close] == '\\' ? 2 : 1;
+        size_t want = seq.size() + std::min(std::min(close, src_.size()) - pos_, limits_.max_symbols);
+        if (want > seq.capacity()) seq.reserve(std::max(want, 2 * seq.capacity()));
         while (true) {
             if (at_end()) return fail(at, "string literal is never closed");
             if (peek() == '"') { ++pos_; break; }

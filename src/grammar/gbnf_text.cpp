@@ -83,6 +83,17 @@ cp_ranges complement(const cp_ranges & set) {
 }
 
 std::string json_encoded_char(const cp_ranges & set_in) {
+    // The common call (a character of a property name or of a regex literal) is one
+    // character that needs no escape: its class, without the general path's vectors.
+    if (set_in.size() == 1 && set_in[0].first == set_in[0].second) {
+        uint32_t cp = set_in[0].first;
+        if (cp >= 0x20 && cp <= max_code_point && cp != '"' && cp != '\\' && (cp < 0xD800 || cp > 0xDFFF)) {
+            std::string out = "[";
+            append_gbnf_char(out, cp, "]\\^-[");
+            out += ']';
+            return out;
+        }
+    }
     cp_ranges set = normalize(set_in);
     // Raw: everything but controls, '"' and '\\'.
     cp_ranges raw;
@@ -101,34 +112,33 @@ std::string json_encoded_char(const cp_ranges & set_in) {
         }
         if (a <= hi) raw.emplace_back(a, hi);
     }
-    std::vector<std::string> alts;
-    if (!raw.empty()) alts.push_back(gbnf_class(raw));
+    const size_t n_alts = (raw.empty() ? 0 : 1) + escaped.size();
+    if (n_alts == 0) return "";
+    std::string out;
+    if (n_alts > 1) out += '(';
+    if (!raw.empty()) out += gbnf_class(raw);
     for (uint32_t c : escaped) {
-        std::string text;
+        if (out.size() > 1) out += " | ";
+        // The escape as JSON writes it, as a GBNF literal: "\\" then the letter (or u00XX).
+        out += "\"\\\\";
         switch (c) {
-            case '"': text = "\\\""; break;
-            case '\\': text = "\\\\"; break;
-            case '\b': text = "\\b"; break;
-            case '\f': text = "\\f"; break;
-            case '\n': text = "\\n"; break;
-            case '\r': text = "\\r"; break;
-            case '\t': text = "\\t"; break;
+            case '"': out += "\\\""; break;
+            case '\\': out += "\\\\"; break;
+            case '\b': out += 'b'; break;
+            case '\f': out += 'f'; break;
+            case '\n': out += 'n'; break;
+            case '\r': out += 'r'; break;
+            case '\t': out += 't'; break;
             default: {
                 char buf[8];
-                std::snprintf(buf, sizeof buf, "\\u%04x", c);
-                text = buf;
+                std::snprintf(buf, sizeof buf, "u%04x", c);
+                out += buf;
             }
         }
-        alts.push_back(gbnf_literal(text));
+        out += '"';
     }
-    if (alts.empty()) return "";
-    if (alts.size() == 1) return alts[0];
-    std::string out = "(";
-    for (size_t i = 0; i < alts.size(); ++i) {
-        if (i) out += " | ";
-        out += alts[i];
-    }
-    return out + ")";
+    if (n_alts > 1) out += ')';
+    return out;
 }
 
 }  // namespace skippy::grammar::detail

@@ -175,6 +175,24 @@ TEST(JsonSchemaPolicy, EnumAndPatternStringsUseCanonicalEscapes) {
     EXPECT_FALSE(matches(p, R"("a\nb")"));       // '.' does not match a newline
 }
 
+TEST(JsonSchemaPolicy, SingleCharactersOfPatternsAndKeysUseCanonicalEscapes) {
+    // A pattern's literal characters and the trie of known keys encode one character at
+    // a time (a shorter path than a set's); quotes, backslashes and controls are escaped
+    // the way a set's are, anything else is written raw.
+    auto p = grammar_of(R"({"type": "string", "pattern": "^a\"\\\\é[\u0001\"]$"})");
+    EXPECT_TRUE(matches(p, R"("a\"\\é\u0001")"));
+    EXPECT_TRUE(matches(p, R"("a\"\\é\"")"));
+    EXPECT_FALSE(matches(p, R"("a\u0022\\é\"")"));
+    EXPECT_FALSE(matches(p, R"("a\"\\\u00e9\"")"));
+    EXPECT_FALSE(matches(p, "\"a\\\"\\\\é\x01\""));  // a raw control character
+    auto keys = grammar_of(
+        R"({"type": "object", "properties": {"q\"k": {"type": "integer"}, "b\\": {"type": "integer"}},
+            "additionalProperties": {"type": "integer"}})");
+    EXPECT_TRUE(matches(keys, R"({"q\"k":1,"b\\":2,"q\"":3,"q\"kk":4,"b\\\\":5})"));
+    EXPECT_FALSE(matches(keys, R"({"q\"k":1,"q\"k":2})"));
+    EXPECT_FALSE(matches(keys, R"({"q\"k":1,"b\u005c":2})"));
+}
+
 TEST(JsonSchemaPolicy, ExtraPropertiesOnlyWhenAllowed) {
     // Absent additionalProperties: no extra properties are written.
     auto closed = grammar_of(R"({"type": "object", "properties": {"a": {"type": "integer"}}})");

@@ -78,6 +78,18 @@ uint32_t engine::intern_state(const std::vector<uint32_t> & stacks, bool accepti
     r.partial_len = partial_len;
     r.accepting = accepting;
     r.hash = h;
+    if (need > 0) {
+        std::fill(std::begin(r.first_bytes), std::end(r.first_bytes), ~uint64_t{0});
+    } else {
+        bool non_ascii = false;
+        for (uint32_t id : stacks) {
+            const char_class & c = g_.classes[g_.symbols[nodes_[id].pos].index];
+            r.first_bytes[0] |= c.ascii[0];
+            r.first_bytes[1] |= c.ascii[1];
+            non_ascii = non_ascii || c.intersects(0x80, max_code_point);
+        }
+        if (non_ascii) r.first_bytes[2] = r.first_bytes[3] = ~uint64_t{0};
+    }
     stack_pool_.insert(stack_pool_.end(), stacks.begin(), stacks.end());
     auto id = uint32_t(states_.size());
     states_.push_back(r);

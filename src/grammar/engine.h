@@ -42,6 +42,8 @@ public:
     // REQUIRES !failed(). On a limit exceeded, returns dead_state and sets failed().
     uint32_t step(uint32_t state, uint8_t byte) {
         state_rec & r = states_[state];
+        // Most bytes no stack can take: dead at once, with nothing memoised.
+        if (((r.first_bytes[byte >> 6] >> (byte & 63)) & 1) == 0) return dead_state;
         if (r.row >= 0) {
             const size_t cell = size_t(r.row) * 256 + byte;
             if (rows_[cell] == unknown_state) {
@@ -103,6 +105,10 @@ private:
         uint32_t n_steps = 0;       // steps asked of it (until it gets a row)
         uint8_t  non_ascii = 0;     // 0 unknown, 1 uniform (see canonical_partial), 2 not
         uint64_t hash = 0;
+        // The bytes that may lead to a live state (a superset); clear for the dead state.
+        // With no partial character: the ASCII bytes some stack's class holds, and every
+        // byte from 0x80 when some class holds a non-ASCII character.
+        uint64_t first_bytes[4] = {0, 0, 0, 0};
     };
     struct exported_state {
         std::vector<std::vector<uint32_t>> stacks;  // positions, top first

@@ -21,6 +21,20 @@ void append_gbnf_char(std::string & out, uint32_t cp, std::string_view specials)
     else append_utf8(out, cp);
 }
 
+// JSON's short escape for c ('"' '\\' and five controls), or 0.
+char short_escape_letter(uint32_t c) {
+    switch (c) {
+        case '"': return '"';
+        case '\\': return '\\';
+        case '\b': return 'b';
+        case '\f': return 'f';
+        case '\n': return 'n';
+        case '\r': return 'r';
+        case '\t': return 't';
+        default: return 0;
+    }
+}
+
 }  // namespace
 
 std::string gbnf_literal(std::string_view utf8) {
@@ -35,6 +49,20 @@ std::string gbnf_literal(std::string_view utf8) {
     out += '"';
     return out;
 }
+
+namespace {
+
+// A character JSON must escape (a control, '"' or '\\'), as the GBNF literal of its
+// canonical escape: the short one, else \u00xx (lowercase, as nlohmann's dump writes).
+std::string json_escape_literal(uint32_t c) {
+    char letter = short_escape_letter(c);
+    char text[8];
+    if (letter != 0) std::snprintf(text, sizeof text, "\\%c", letter);
+    else std::snprintf(text, sizeof text, "\\u%04x", c);
+    return gbnf_literal(text);
+}
+
+}  // namespace
 
 std::string gbnf_class(const cp_ranges & ranges) {
     std::string out = "[";
@@ -112,33 +140,47 @@ std::string json_encoded_char(const cp_ranges & set_in) {
         }
         if (a <= hi) raw.emplace_back(a, hi);
     }
-    const size_t n_alts = (raw.empty() ? 0 : 1) + escaped.size();
-    if (n_alts == 0) return "";
-    std::string out;
-    if (n_alts > 1) out += '(';
-    if (!raw.empty()) out += gbnf_class(raw);
-    for (uint32_t c : escaped) {
-        if (out.size() > 1) out += " | ";
-        // The escape as JSON writes it, as a GBNF literal: "\\" then the letter (or u00XX).
-        out += "\"\\\\";
-        switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\b': out += 'b'; break;
-            case '\f': out += 'f'; break;
-            case '\n': out += 'n'; break;
-            case '\r': out += 'r'; break;
-            case '\t': out += 't'; break;
-            default: {
-                char buf[8];
-                std::snprintf(buf, sizeof buf, "u%04x", c);
-                out += buf;
+    // A set with many escaped characters (a complement: a negated class, '.', the
+    // characters after a known key's prefix) is written grouped, the escape letters in
+    // one class and the \u00xx digits in two, not as one literal per character: the
+    // grammar of a schema with many such sets stayed many times larger, and each
+    // alternative was one more parse stack for the matcher.
+    std::vector<std::string> alts;
+    if (!raw.empty()) alts.push_back(gbnf_class(raw));
+    if (escaped.size() <= 4) {
+        for (uint32_t c : escaped) alts.push_back(json_escape_literal(c));
+    } else {
+        cp_ranges letters, low_digits, high_digits;  // \<letter>; \u000<digit>; \u001<digit>
+        for (uint32_t c : escaped) {
+            char letter = short_escape_letter(c);
+            if (letter != 0) {
+                letters.emplace_back(uint8_t(letter), uint8_t(letter));
+            } else {
+                const char * hex = "0123456789abcdef";
+                uint8_t digit = uint8_t(hex[c & 0xF]);
+                (c < 0x10 ? low_digits : high_digits).emplace_back(digit, digit);
             }
         }
-        out += '"';
+        if (!letters.empty()) alts.push_back("\"\\\\\" " + gbnf_class(normalize(letters)));
+        if (!low_digits.empty() && !high_digits.empty()) {
+            alts.push_back("\"\\\\u00\" ( \"0\" " + gbnf_class(normalize(low_digits)) + " | \"1\" " +
+                           gbnf_class(normalize(high_digits)) + " )");
+        } else if (!low_digits.empty()) {
+            alts.push_back("\"\\\\u000\" " + gbnf_class(normalize(low_digits)));
+        } else if (!high_digits.empty()) {
+            alts.push_back("\"\\\\u001\" " + gbnf_class(normalize(high_digits)));
+        }
     }
-    if (n_alts > 1) out += ')';
-    return out;
+    if (alts.empty()) return "";
+    // One item is returned bare (a caller may follow it with a postfix operator); a
+    // grouped escape is two or three.
+    if (alts.size() == 1 && escaped.size() <= 4) return alts[0];
+    std::string out = "(";
+    for (size_t i = 0; i < alts.size(); ++i) {
+        if (i) out += " | ";
+        out += alts[i];
+    }
+    return out + ")";
 }
 
 }  // namespace skippy::grammar::detail

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -191,6 +192,38 @@ TEST(JsonSchemaPolicy, SingleCharactersOfPatternsAndKeysUseCanonicalEscapes) {
     EXPECT_TRUE(matches(keys, R"({"q\"k":1,"b\\":2,"q\"":3,"q\"kk":4,"b\\\\":5})"));
     EXPECT_FALSE(matches(keys, R"({"q\"k":1,"q\"k":2})"));
     EXPECT_FALSE(matches(keys, R"({"q\"k":1,"b\u005c":2})"));
+}
+
+TEST(JsonSchemaPolicy, ComplementsTakeEveryCharacterOnlyInItsCanonicalEncoding) {
+    // A negated class, '.', and the characters after a known key's prefix hold every
+    // character JSON escapes; those are written grouped (escape letters, \u00xx digits).
+    // Every ASCII character, as nlohmann writes it, against its other encodings.
+    struct one_char_grammar {
+        grammar_ptr g;
+        std::function<bool(uint32_t)> in_set;
+    };
+    std::vector<one_char_grammar> grammars = {
+        {grammar_of(R"({"type": "string", "pattern": "^[^x]$"})"), [](uint32_t c) { return c != 'x'; }},
+        {grammar_of(R"({"type": "string", "pattern": "^.$"})"), [](uint32_t c) { return c != '\n' && c != '\r'; }},
+        {grammar_of(R"({"type": "string", "pattern": "^[^\"\\\\\t]$"})"),
+         [](uint32_t c) { return c != '"' && c != '\\' && c != '\t'; }},
+    };
+    // Keys: after the known "k", any other one-character key.
+    auto keys = grammar_of(R"({"type": "object", "properties": {"k": {"type": "integer"}},
+                              "additionalProperties": {"type": "integer"}})");
+    for (uint32_t c = 0; c < 0x80; ++c) {
+        const std::string canonical = nlohmann::json(std::string(1, char(c))).dump();
+        char lower[16], upper[16];
+        std::snprintf(lower, sizeof lower, "\"\\u%04x\"", c);
+        std::snprintf(upper, sizeof upper, "\"\\u%04X\"", c);
+        for (size_t i = 0; i < grammars.size(); ++i) {
+            EXPECT_EQ(matches(grammars[i].g, canonical), grammars[i].in_set(c)) << "grammar " << i << ", " << canonical;
+            if (canonical != lower) EXPECT_FALSE(matches(grammars[i].g, lower)) << "grammar " << i << ", " << lower;
+            if (canonical != upper) EXPECT_FALSE(matches(grammars[i].g, upper)) << "grammar " << i << ", " << upper;
+        }
+        EXPECT_EQ(matches(keys, "{\"k\":1," + canonical + ":1}"), c != 'k') << canonical;
+        if (canonical != lower) EXPECT_FALSE(matches(keys, std::string("{\"k\":1,") + lower + ":1}")) << lower;
+    }
 }
 
 TEST(JsonSchemaPolicy, ExtraPropertiesOnlyWhenAllowed) {

@@ -273,6 +273,35 @@ TEST(TokenMaskProperty, RepeatedStatesComeFromTheCacheWithTheSameAnswer) {
 // does. json_schema_fuzzer found the opposite (an empty mask for a live state) once its
 // two walks shared a matcher: the failed step's dead_state had been kept in a state's
 // transition row.
+TEST(TokenMask, AStepALimitStoppedIsNotRememberedAfterReset) {
+    // The loop state gets a dense row of transitions once it has been stepped often
+    // (the 'a' tokens); then '~' is first computed from it, and the 26 stacks after
+    // it pass max_stacks. That step must not be remembered as "'~' refused": after
+    // reset() the matcher either meets the limit again or allows '~'.
+    grammar_ptr g = must_compile(R"(root ::= [a-z]* "~" t
+t ::= [a] | [b] | [c] | [d] | [e] | [f] | [g] | [h] | [i] | [j] | [k] | [l] | [m] | [n] | [o] | [p] | [q] | [r] | [s] | [t] | [u] | [v] | [w] | [x] | [y] | [z]
+)");
+    ASSERT_TRUE(g);
+    std::vector<std::string> pieces;
+    for (int b = 0; b < 128; ++b) pieces.push_back(std::string(1, char(b)));
+    pieces.push_back("");
+    auto vocab = must_build(pieces, {token_id(pieces.size() - 1)});
+    ASSERT_TRUE(vocab);
+    matcher_limits limits;
+    limits.max_stacks = 8;
+    matcher    m(g, limits);
+    token_mask mask;
+    for (int i = 0; i < 200; ++i) ASSERT_TRUE(m.advance_token(*vocab, token_id('a')).is_ok());
+    EXPECT_FALSE(m.allowed_tokens(*vocab, mask).is_ok());  // '~': 26 stacks
+    m.reset();
+    if (m.allowed_tokens(*vocab, mask).is_ok()) {
+        EXPECT_TRUE(mask.test(token_id('~')));
+        EXPECT_TRUE(mask.test(token_id('q')));
+    } else {
+        EXPECT_FALSE(m.error().is_ok());
+    }
+}
+
 TEST(TokenMask, AfterALimitAndResetTheMatcherAnswersAsAFreshOne) {
     const char * schema = R"({"t":"string","pattern":"^8888888              nlnnnnnnnnnnnnnn                )"
                           R"(                                sv\\S*\\S*[a::zr*[?\\S*\\[og)s?\\S*\\S*[a:zr*[og)?\\number*[og)s?\\S*[a:z]{1,3} "})";
@@ -289,7 +318,7 @@ TEST(TokenMask, AfterALimitAndResetTheMatcherAnswersAsAFreshOne) {
     auto vocab = must_build(pieces, {token_id(pieces.size() - 1)});
     ASSERT_TRUE(vocab);
     matcher_limits limits;
-    limits.max_stacks = 64;
+    limits.max_stacks = 8;
     limits.max_work_per_call = 200000;
     limits.memo_budget_bytes = 1u << 20;
     limits.max_cached_masks = 4;

@@ -52,6 +52,13 @@ runs=${SKIPPY_FUZZ_RUNS:-}
 only=${SKIPPY_FUZZ_ONLY:-}
 unit_timeout=${SKIPPY_FUZZ_TIMEOUT:-10}
 jobs=${SKIPPY_FUZZ_JOBS:-1}
+# libFuzzer reads -max_total_time=0 as "no limit": a bound of 0 would run forever.
+for value in "$seconds" "$jinja_seconds" "$grammar_seconds" "$http_seconds" "$other_seconds"; do
+  if ! [[ "$value" =~ ^[1-9][0-9]*$ ]]; then
+    echo "fuzz.sh: the seconds must be positive numbers, not '$value'" >&2
+    exit 2
+  fi
+done
 if ! [[ "$jobs" =~ ^[1-9][0-9]*$ ]]; then
   echo "fuzz.sh: SKIPPY_FUZZ_JOBS must be a positive number of processes, not '$jobs'" >&2
   exit 2

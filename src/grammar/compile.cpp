@@ -103,6 +103,7 @@ std::vector<bool> rules_where(const parsed_grammar & g, bool nullable) {
     for (size_t r = 0; r < n_rules; ++r) user_begin[r + 1] += user_begin[r];
     std::vector<uint32_t> users(user_begin[n_rules]);
     std::vector<uint32_t> user_fill(user_begin.begin(), user_begin.end() - 1);
+    std::vector<uint32_t> alt_rule(alt_begin[n_rules]);  // the rule of each alternative
     std::vector<uint32_t> queue;
     auto make_true = [&](uint32_t r) {
         if (!done[r]) { done[r] = true; queue.push_back(r); }
@@ -111,6 +112,7 @@ std::vector<bool> rules_where(const parsed_grammar & g, bool nullable) {
         const auto & alts = g.rules[r].alts;
         for (uint32_t a = 0; a < alts.size(); ++a) {
             const uint32_t alt_index = alt_begin[r] + a;
+            alt_rule[alt_index] = r;
             bool impossible = false;
             for (const symbol & s : alts[a]) {
                 if (s.kind == symbol_kind::chars) {
@@ -124,11 +126,6 @@ std::vector<bool> rules_where(const parsed_grammar & g, bool nullable) {
             if (impossible) pending[alt_index] = UINT32_MAX;
             else if (pending[alt_index] == 0) make_true(r);
         }
-    }
-    // The rule of an alternative, for the alternatives a true rule releases.
-    std::vector<uint32_t> alt_rule(alt_begin[n_rules]);
-    for (uint32_t r = 0; r < n_rules; ++r) {
-        std::fill(alt_rule.begin() + alt_begin[r], alt_rule.begin() + alt_begin[r + 1], r);
     }
     while (!queue.empty()) {
         uint32_t r = queue.back();

@@ -35,6 +35,16 @@ char short_escape_letter(uint32_t c) {
     }
 }
 
+// A character JSON must escape (a control, '"' or '\\'), as the GBNF literal of its
+// canonical escape: the short one, else \u00xx (lowercase, as nlohmann's dump writes).
+std::string json_escape_literal(uint32_t c) {
+    char letter = short_escape_letter(c);
+    char text[8];
+    if (letter != 0) std::snprintf(text, sizeof text, "\\%c", letter);
+    else std::snprintf(text, sizeof text, "\\u%04x", c);
+    return gbnf_literal(text);
+}
+
 }  // namespace
 
 std::string gbnf_literal(std::string_view utf8) {
@@ -49,20 +59,6 @@ std::string gbnf_literal(std::string_view utf8) {
     out += '"';
     return out;
 }
-
-namespace {
-
-// A character JSON must escape (a control, '"' or '\\'), as the GBNF literal of its
-// canonical escape: the short one, else \u00xx (lowercase, as nlohmann's dump writes).
-std::string json_escape_literal(uint32_t c) {
-    char letter = short_escape_letter(c);
-    char text[8];
-    if (letter != 0) std::snprintf(text, sizeof text, "\\%c", letter);
-    else std::snprintf(text, sizeof text, "\\u%04x", c);
-    return gbnf_literal(text);
-}
-
-}  // namespace
 
 std::string gbnf_class(const cp_ranges & ranges) {
     std::string out = "[";
@@ -116,10 +112,7 @@ std::string json_encoded_char(const cp_ranges & set_in) {
     if (set_in.size() == 1 && set_in[0].first == set_in[0].second) {
         uint32_t cp = set_in[0].first;
         if (cp >= 0x20 && cp <= max_code_point && cp != '"' && cp != '\\' && (cp < 0xD800 || cp > 0xDFFF)) {
-            std::string out = "[";
-            append_gbnf_char(out, cp, "]\\^-[");
-            out += ']';
-            return out;
+            return gbnf_class(set_in);
         }
     }
     cp_ranges set = normalize(set_in);
@@ -145,9 +138,10 @@ std::string json_encoded_char(const cp_ranges & set_in) {
     // one class and the \u00xx digits in two, not as one literal per character: the
     // grammar of a schema with many such sets stayed many times larger, and each
     // alternative was one more parse stack for the matcher.
+    const bool grouped = escaped.size() > 4;
     std::vector<std::string> alts;
     if (!raw.empty()) alts.push_back(gbnf_class(raw));
-    if (escaped.size() <= 4) {
+    if (!grouped) {
         for (uint32_t c : escaped) alts.push_back(json_escape_literal(c));
     } else {
         cp_ranges letters, low_digits, high_digits;  // \<letter>; \u000<digit>; \u001<digit>
@@ -174,7 +168,7 @@ std::string json_encoded_char(const cp_ranges & set_in) {
     if (alts.empty()) return "";
     // One item is returned bare (a caller may follow it with a postfix operator); a
     // grouped escape is two or three.
-    if (alts.size() == 1 && escaped.size() <= 4) return alts[0];
+    if (alts.size() == 1 && !grouped) return alts[0];
     std::string out = "(";
     for (size_t i = 0; i < alts.size(); ++i) {
         if (i) out += " | ";

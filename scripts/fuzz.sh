@@ -117,14 +117,22 @@ run_fuzzer() {
     done
     echo "fuzz.sh: $name: $jobs processes, logs in $logs/$name.<1..$jobs>.log" >&2
     # The first process to fail stops the others: its input is what the run is for.
-    local remaining=$jobs status
-    while [ "$remaining" -gt 0 ]; do
+    # A finished process leaves the list: wait -n on a pid already reaped says "no such job".
+    local status finished live
+    while [ ${#pids[@]} -gt 0 ]; do
       status=0
-      wait -n "${pids[@]}" || status=$?
-      remaining=$((remaining - 1))
+      finished=
+      wait -n -p finished "${pids[@]}" || status=$?
+      live=()
+      if [ -n "$finished" ]; then  # (none: no child left to wait for)
+        for pid in "${pids[@]}"; do
+          if [ "$pid" != "$finished" ]; then live+=("$pid"); fi
+        done
+      fi
+      pids=("${live[@]}")
       if [ "$status" -ne 0 ] && [ "$rc" -eq 0 ]; then
         rc=$status
-        kill "${pids[@]}" 2>/dev/null || true
+        if [ ${#pids[@]} -gt 0 ]; then kill "${pids[@]}" 2>/dev/null || true; fi
       fi
     done
   fi

@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <random>
 
 namespace skippy::testing {
 
@@ -165,18 +167,46 @@ std::string background_process::log() const {
     return ss.str();
 }
 
-int free_port() {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+namespace {
+
+// Whether a listener could bind 127.0.0.1:port now (0: the kernel picks one); the
+// port bound, or -1.
+int bind_probe(int port) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
     sockaddr_in addr {};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr));
-    socklen_t len = sizeof(addr);
-    getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len);
-    const int port = ntohs(addr.sin_port);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    int bound = -1;
+    if (bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) == 0) {
+        socklen_t len = sizeof(addr);
+        if (getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len) == 0) bound = ntohs(addr.sin_port);
+    }
     close(fd);
-    return port;
+    return bound;
+}
+
+}  // namespace
+
+// Below the kernel's ephemeral range (ip_local_port_range): a port from bind(0) comes
+// from that range, where another test running at the same time (ctest -j) can take it
+// for a connection or for its own bind(0) listener before the caller's listener binds
+// it (CI saw "cannot listen on 127.0.0.1:34959: Address already in use"). Below the
+// range only another free_port() caller can, picking at random among thousands.
+int free_port() {
+    int range_start = 32768;  // Linux's default
+    std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> range_start;
+    constexpr int k_lowest = 10000;
+    if (range_start > k_lowest + 1000) {
+        thread_local std::mt19937 rng(std::random_device{}());
+        std::uniform_int_distribution<int> pick(k_lowest, range_start - 1);
+        for (int attempt = 0; attempt < 100; ++attempt) {
+            const int port = pick(rng);
+            if (bind_probe(port) == port) return port;
+        }
+    }
+    return bind_probe(0);
 }
 
 bool wait_for_port(const std::string & host, int port, int timeout_ms) {

@@ -83,7 +83,8 @@ private:
     std::string log_path_;
 };
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
+// A TCP port on 127.0.0.1 that was free a moment ago, below the kernel's ephemeral
+// range where the system allows (so no connection or bind(0) elsewhere takes it).
 int free_port();
 
 // Waits until something accepts connections on host:port (up to timeout_ms).

@@ -214,10 +214,23 @@ inline __m256 gather_lanes(const float * y, int64_t stride, int64_t n) {
     return _mm256_load_ps(lanes);
 }
 
-// Prefetches n_bytes from p into L1, a cache line at a time (prefetches never fault, so
-// p may run past the end of a buffer).
+// Where prefetch_span puts the lines.
+enum class prefetch_level { l1, l2 };
+
+// Prefetches n_bytes from p, a cache line at a time, into L1 or L2 (prefetches never
+// fault, so p may run past the end of a buffer). A burst of L1 prefetches waits on L1's
+// few fill buffers (one per line, for a whole memory latency); beyond about 20 lines a
+// burst streams faster into L2 (avx512_util.h's prefetch_span has the figures). Below
+// that, L1 was as fast or faster: the rows' loads then hit L1.
+template <prefetch_level Level = prefetch_level::l1>
 inline void prefetch_span(const uint8_t * p, size_t n_bytes) {
-    for (size_t i = 0; i < n_bytes; i += 64) _mm_prefetch(reinterpret_cast<const char *>(p + i), _MM_HINT_T0);
+    for (size_t i = 0; i < n_bytes; i += 64) {
+        if constexpr (Level == prefetch_level::l1) {
+            _mm_prefetch(reinterpret_cast<const char *>(p + i), _MM_HINT_T0);
+        } else {
+            _mm_prefetch(reinterpret_cast<const char *>(p + i), _MM_HINT_T1);
+        }
+    }
 }
 
 // Drives a quantized type's two micro-kernels over a tile of rows x tokens, as the

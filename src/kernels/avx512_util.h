@@ -346,7 +346,7 @@ void run_groups(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uin
 
 // Decode: the tokens a prefill tile leaves (up to k_decode_max_batch_tokens: decode is
 // one token, a batched decode step a few; run_pairs below takes some formats' steps of
-// 6 to 8), in groups of at most 4 (decode_tile below),
+// 7 or 8), in groups of at most 4 (decode_tile below),
 // in 512-bit vectors, one weight row per int32 lane at the end.
 //
 // K provides rows16<NT>(rows, x, nb, next, acc): the outputs of the 16 weight rows

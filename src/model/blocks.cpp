@@ -151,6 +151,9 @@ struct head_group {
     // so that they arrive while the block before it is worked on: a block's rows are
     // short strided runs in a pool block far from the previous one, which the hardware
     // prefetchers do not follow (measured: decode at a 4,096-token context about 9% faster).
+    // Into L2 (locality 2), not L1: a block's K and V rows are up to 64 lines asked for at
+    // once, more than L1 has fill buffers, as with the weights (kernels' prefetch_span).
+    // Measured at a 4,096-token context: 69.0 / 69.1 / 83.5 -> 91.7 / 95.4 / 99.0 tok/s.
     void prefetch_block(int64_t b, bool keys, bool values) const {
         if (b > pos / bt) return;
         int32_t j0 = 0, n_keys = 0;
@@ -159,8 +162,8 @@ struct head_group {
         const uint8_t * v = values ? v_rows(b, j0) : nullptr;
         for (int32_t j = 0; j < n_keys; ++j) {
             for (size_t off = 0; off < q_row_bytes; off += 64) {
-                if (k) __builtin_prefetch(k + static_cast<size_t>(j) * row_bytes_kv + off);
-                if (v) __builtin_prefetch(v + static_cast<size_t>(j) * row_bytes_kv + off);
+                if (k) __builtin_prefetch(k + static_cast<size_t>(j) * row_bytes_kv + off, 0, 2);
+                if (v) __builtin_prefetch(v + static_cast<size_t>(j) * row_bytes_kv + off, 0, 2);
             }
         }
     }

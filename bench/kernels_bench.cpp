@@ -6,8 +6,9 @@
 //       they do not sit in cache, as a whole model does not). Reports bytes/s of weights.
 //   BM_matmul/<type>/<rows>x<cols>/tokens/threads:N   prefill: many tokens, each weight
 //       block reused across them. Reports FLOP/s (2 per multiply-add) as items/s.
-//       tokens:1 is a matrix-vector product on cached weights: the compute ceiling of
-//       decode, to compare with BM_matvec's memory-bound figure.
+//       The weights cycle over copies as in BM_matvec, so tokens:1 and the few tokens
+//       of a batched decode step include reading them from memory; BM_decode_tile
+//       below is the compute ceiling.
 //   BM_decode_tile/<type>/<path>/tokens:N   a decode tile alone: one kernel path's
 //       mul_tile on 256 x 1024 weights that stay in L2 and N already-converted tokens,
 //       bytes/s of weights: the kernel's compute ceiling for decode, without matmul's

@@ -105,8 +105,9 @@ struct superblock_kernel {
     static constexpr size_t wbb = W::block_bytes;
     // rows8 fetches the next 8 rows' block (8 * wbb bytes) per block: Q5_K's 22 lines
     // and Q6_K's 27 go to L2 (prefetch_span). BM_matvec, one thread, this path on a
-    // Sapphire Rapids VM: Q6_K 6.4-7.0 -> 10.1-11.8 GB/s, Q5_K 7.0-9.2 -> 8.9-11.7; the
-    // formats of 10-18 lines were as fast or faster into L1.
+    // Sapphire Rapids VM, mean GB/s of 3 shapes, L1 -> L2: Q6_K 7.3 -> 11.8, Q5_K 9.5 ->
+    // 10.7; IQ4_XS (17 lines) 10.2 -> 11.0 but Q4_K (18) 12.2 -> 11.6, so the line falls
+    // above both; Q2_K and Q3_K (11, 14) 11.4 -> 7.9 and 9.5 -> 7.6.
     static constexpr prefetch_level next_rows_level = 8 * wbb > 20 * 64 ? prefetch_level::l2 : prefetch_level::l1;
     static constexpr size_t xbb = q8_k_block_bytes;
     using scales = typename W::scales;

@@ -256,6 +256,17 @@ inline void prefetch_span(const uint8_t * p, size_t n_bytes) {
     for (size_t i = 0; i < n_bytes; i += 64) _mm_prefetch(reinterpret_cast<const char *>(p + i), _MM_HINT_T1);
 }
 
+// The tiles that take the rows in blocks of 16 over a chunk of block columns
+// (run_groups, run_pairs): rows [r0 + 16, r0 + 32)'s part of the chunk, chunk_bytes from
+// chunk_offset in each row, fetched while rows [r0, r0 + 16) compute: 16 row streams
+// are more than the hardware prefetcher follows (as in decode_tile).
+inline void prefetch_next_rows(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, int64_t r0, size_t chunk_offset,
+                               size_t chunk_bytes) {
+    for (int64_t i = r0 + 16; i < r0 + 32 && i < n_rows; ++i) {
+        prefetch_span(w + static_cast<size_t>(i) * w_row_bytes + chunk_offset, chunk_bytes);
+    }
+}
+
 // Where a group's outputs go: its number of tokens (lanes), and y of its first token.
 struct group_out {
     int64_t m;
@@ -308,13 +319,9 @@ void run_groups(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uin
         }
         for (int64_t r0 = 0; r0 < n_rows; r0 += 16) {
             const int64_t nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
-            // The next 16 rows' part of this chunk, fetched while these compute, as
-            // run_pairs does. BM_matmul, one thread: 12-16 tokens 0.68-0.89x the time
-            // without (Q6_K the most), 64 tokens 0.84-0.97x, 512 tokens 0.89-1.02x.
-            for (int64_t i = 16; i < 32 && r0 + i < n_rows; ++i) {
-                prefetch_span(w + static_cast<size_t>(r0 + i) * w_row_bytes + static_cast<size_t>(b0) * K::wbb,
-                              static_cast<size_t>(b1 - b0) * K::wbb);
-            }
+            // BM_matmul, one thread, with this against without: 12-16 tokens 0.68-0.89x
+            // the time (Q6_K the most), 64 tokens 0.84-0.97x, 512 tokens 0.89-1.02x.
+            prefetch_next_rows(w, w_row_bytes, n_rows, r0, static_cast<size_t>(b0) * K::wbb, static_cast<size_t>(b1 - b0) * K::wbb);
             __m512 acc[16][G];
             for (int g = 0; g < G; ++g) {
                 __m512 v[16];
@@ -558,12 +565,7 @@ void run_pairs(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint
             const int64_t nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
             const __mmask16 rows_mask = static_cast<__mmask16>((1u << nr) - 1u);
             const auto row = [&](int64_t i) { return w + static_cast<size_t>(r0 + (i < nr ? i : nr - 1)) * w_row_bytes; };
-            // The next 16 rows' part of this chunk, fetched while these compute: 16 row
-            // streams are more than the hardware prefetcher follows (as in decode_tile).
-            for (int64_t i = 16; i < 32 && r0 + i < n_rows; ++i) {
-                prefetch_span(w + static_cast<size_t>(r0 + i) * w_row_bytes + static_cast<size_t>(b0) * K::wbb,
-                              static_cast<size_t>(b1 - b0) * K::wbb);
-            }
+            prefetch_next_rows(w, w_row_bytes, n_rows, r0, static_cast<size_t>(b0) * K::wbb, static_cast<size_t>(b1 - b0) * K::wbb);
             __m512 v[8];
             for (int t = 0; t < 8; ++t) {
                 v[t] = b0 > 0 && t < m ? _mm512_maskz_loadu_ps(rows_mask, y + t * y_stride + r0) : _mm512_setzero_ps();

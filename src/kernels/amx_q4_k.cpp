@@ -59,12 +59,11 @@ inline void scaled_rows(__m512i q, __m512i s, uint8_t * lo_out, uint8_t * hi_out
 }
 
 template <typename W>
-void prepare_weights(const uint8_t * w, const uint8_t * next, size_t w_row_bytes, int64_t nsb, uint8_t * bt, sb_scales * scales) {
+void prepare_weights(const uint8_t * w, size_t w_row_bytes, int64_t nsb, uint8_t * bt, sb_scales * scales) {
     const __m512i offs = row_offsets(w_row_bytes);
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t * b0 = w + static_cast<size_t>(sb) * W::block_bytes;
-        prefetch_rows(next != nullptr ? next + static_cast<size_t>(sb) * W::block_bytes : nullptr, w_row_bytes, W::block_bytes);
         const __m512i ud = gather_rows(b0, offs);
         const __m512i u0 = gather_rows(b0 + 4, offs);
         const __m512i u1 = gather_rows(b0 + 8, offs);
@@ -200,8 +199,7 @@ void mul_tile_k4(mul_tile_fn prev, const uint8_t * w, size_t w_row_bytes, int64_
 
     for (int64_t rt = 0; rt < n_row_tiles; ++rt) {
         const int64_t r0 = rt * k_tile;
-        const uint8_t * next = rt + 1 < n_row_tiles ? w + static_cast<size_t>(r0 + k_tile) * w_row_bytes : nullptr;
-        prepare_weights<W>(w + static_cast<size_t>(r0) * w_row_bytes, next, w_row_bytes, nsb, bt, scales);
+        prepare_weights<W>(w + static_cast<size_t>(r0) * w_row_bytes, w_row_bytes, nsb, bt, scales);
         for (int64_t tt = 0; tt < n_token_tiles; ++tt) {
             const int64_t t0 = tt * k_tile;
             const bool partial = tt == n_token_tiles - 1 && n_tail > 0;

@@ -48,12 +48,11 @@ inline void unpack_values(const uint8_t * wb, uint8_t * out) {
 
 // B tiles of all super-blocks of 16 rows (sb * 8 KB + chunk * 2 KB + {0: lo, 1 KB: hi})
 // and d_w per super-block (16 floats). values: scratch of 16 * 256 bytes.
-void prepare_weights(const uint8_t * w, const uint8_t * next, size_t w_row_bytes, int64_t nsb, uint8_t * bt, float * dw,
+void prepare_weights(const uint8_t * w, size_t w_row_bytes, int64_t nsb, uint8_t * bt, float * dw,
                      uint8_t * values) {
     const __m512i offs = row_offsets(w_row_bytes);
     for (int64_t sb = 0; sb < nsb; ++sb) {
         const uint8_t * b0 = w + static_cast<size_t>(sb) * wbb;
-        prefetch_rows(next != nullptr ? next + static_cast<size_t>(sb) * wbb : nullptr, w_row_bytes, wbb);
         // Scales: u[k] holds bytes 4k .. 4k + 3 of the 16 rows' scales; sc[j] is scale j
         // sign-extended, in both 16-bit words of each row's lane.
         __m512i sc[16];
@@ -146,8 +145,7 @@ void mul_tile_q6_k(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const 
 
     for (int64_t rt = 0; rt < n_row_tiles; ++rt) {
         const int64_t r0 = rt * k_tile;
-        const uint8_t * next = rt + 1 < n_row_tiles ? w + static_cast<size_t>(r0 + k_tile) * w_row_bytes : nullptr;
-        prepare_weights(w + static_cast<size_t>(r0) * w_row_bytes, next, w_row_bytes, nsb, bt, dw, values);
+        prepare_weights(w + static_cast<size_t>(r0) * w_row_bytes, w_row_bytes, nsb, bt, dw, values);
         for (int64_t tt = 0; tt < n_token_tiles; ++tt) {
             const int64_t t0 = tt * k_tile;
             const bool partial = tt == n_token_tiles - 1 && n_tail > 0;

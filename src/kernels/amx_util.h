@@ -169,19 +169,6 @@ inline void split_products(__m512i we, __m512i wo, __m512i & lo, __m512i & hi) {
                                    0xea);  // (wo & 0xff00) | (we >> 8)
 }
 
-// Prefetches block_bytes at `block` of each of 16 rows (null: nothing): while one group
-// of 16 rows is unpacked, the same block of the next group is fetched. Sixteen strided
-// row streams are more than the hardware prefetcher follows, and a tile of a few tokens
-// (a batched decode step) spends too little time per group to hide the misses.
-inline void prefetch_rows(const uint8_t * block, size_t w_row_bytes, size_t block_bytes) {
-    if (block == nullptr) return;
-    for (int n = 0; n < 16; ++n) {
-        const uint8_t * p = block + static_cast<size_t>(n) * w_row_bytes;
-        for (size_t i = 0; i < block_bytes; i += 64) _mm_prefetch(reinterpret_cast<const char *>(p + i), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char *>(p + block_bytes - 1), _MM_HINT_T0);
-    }
-}
-
 // Row offsets n * row_bytes of a 16-row group, for gathers.
 inline __m512i row_offsets(size_t row_bytes) {
     return _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),

@@ -221,9 +221,10 @@ enum class prefetch_level { l1, l2 };
 // fault, so p may run past the end of a buffer). A burst of L1 prefetches waits on L1's
 // few fill buffers (one per line, for a whole memory latency); beyond about 20 lines a
 // burst streams faster into L2 (avx512_util.h's prefetch_span has the figures). Below
-// that, L1 was as fast or faster: the rows' loads then hit L1.
+// that, L1 was as fast or faster: the rows' loads then hit L1. Always inlined, as
+// avx512_util.h's prefetch helpers are (it says why).
 template <prefetch_level Level = prefetch_level::l1>
-inline void prefetch_span(const uint8_t * p, size_t n_bytes) {
+[[gnu::always_inline]] inline void prefetch_span(const uint8_t * p, size_t n_bytes) {
     for (size_t i = 0; i < n_bytes; i += 64) {
         if constexpr (Level == prefetch_level::l1) {
             _mm_prefetch(reinterpret_cast<const char *>(p + i), _MM_HINT_T0);

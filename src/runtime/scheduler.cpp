@@ -81,6 +81,7 @@ void lane_scheduler::end(int32_t lane) {
         std::lock_guard<std::mutex> lock(mutex_);
         lanes_[static_cast<size_t>(lane)].decoding = false;
         lanes_[static_cast<size_t>(lane)].last_step = 0;
+        lanes_[static_cast<size_t>(lane)].ended_at = sched_clock::now();
     }
     work_cv_.notify_one();  // a step gathering for this lane need not wait for it
 }
@@ -88,11 +89,25 @@ void lane_scheduler::end(int32_t lane) {
 void lane_scheduler::learn_step_cost(size_t n_decodes, int64_t n_prompt_tokens, int32_t prompt_lane, double seconds) {
     if (options_.decode_step_time_factor <= 0 || n_decodes == 0) return;
     if (n_prompt_tokens == 0) {
-        // A re-measurement after mixed steps replaces the figure: the old one is stale
-        // by then (the lanes' contexts grew), and averaging it in would take tens of
-        // steps to catch up, the prompt starved meanwhile.
+        // A re-measurement after mixed steps is not averaged into the figure: the old
+        // one is stale by then (the lanes' contexts grew), and averaging it in would
+        // take tens of steps to catch up, the prompt starved meanwhile. Nor does one
+        // replace it, as it once did: one step's time is noisy (a step preempted on a
+        // shared machine took 1.3x its neighbours, and with it set the budget of the
+        // next eight steps: prompt chunks of 3 tokens where 2 fit, steps at 2.8x a
+        // decode-only one). The figure is the median of the last three (of two, the
+        // lower: noise only adds time), which follows a real change at the second.
         const bool refresh = mixed_steps_since_decode_only_ > 0 || decode_only_step_s_ <= 0;
-        decode_only_step_s_ = refresh ? seconds : 0.8 * decode_only_step_s_ + 0.2 * seconds;
+        if (refresh) {
+            if (refresh_samples_s_.size() == 3) refresh_samples_s_.erase(refresh_samples_s_.begin());
+            refresh_samples_s_.push_back(seconds);
+            std::vector<double> sorted = refresh_samples_s_;
+            std::sort(sorted.begin(), sorted.end());
+            decode_only_step_s_ = sorted[(sorted.size() - 1) / 2];
+        } else {
+            decode_only_step_s_ = 0.8 * decode_only_step_s_ + 0.2 * seconds;
+            refresh_samples_s_.assign(1, decode_only_step_s_);  // a run of decode-only steps: one sample
+        }
         mixed_steps_since_decode_only_ = 0;
         return;
     }
@@ -116,11 +131,15 @@ void lane_scheduler::learn_step_cost(size_t n_decodes, int64_t n_prompt_tokens, 
 
 std::vector<step_item> lane_scheduler::form_step(sched_clock::time_point & wait_until) {
     wait_until = sched_clock::time_point::max();
+    const auto now = sched_clock::now();
     std::vector<size_t> decodes, prefills;
+    // Lanes that decode, and lanes whose request ended a moment ago (`gather`): a
+    // client's next turn usually follows at once, and in between a long prompt beside
+    // it would run a chunk without the time budget.
     int32_t n_decoding = 0;
     for (size_t i = 0; i < lanes_.size(); ++i) {
         const lane_work & w = lanes_[i];
-        if (w.decoding) ++n_decoding;
+        if (w.decoding || now - w.ended_at < options_.gather) ++n_decoding;
         if (w.done || w.kind == work_kind::none) continue;
         (w.kind == work_kind::decode ? decodes : prefills).push_back(i);
     }
@@ -134,7 +153,6 @@ std::vector<step_item> lane_scheduler::form_step(sched_clock::time_point & wait_
     // (`gather`) for them keeps a step whole: otherwise lanes that once fell into two
     // steps (they finished their prompts at different times) stay split for good, each
     // step reading all the weights for a part of the lanes.
-    const auto now = sched_clock::now();
     auto awaited = [&](uint64_t step) {
         return step != 0 && std::any_of(lanes_.begin(), lanes_.end(), [&](const lane_work & w) {
                    return w.decoding && w.last_step == step && (w.kind == work_kind::none || w.done);
@@ -266,6 +284,16 @@ void lane_scheduler::loop() {
             if (!it.result.is_ok() || n == w.tokens.size()) {
                 w.done = true;
                 w.result = it.result;
+                // Its prompt is in: the lane's first decode (the prompt's last token)
+                // comes within moments, so it counts as decoding from now on. Else, in
+                // that moment, a long prompt beside it ran one chunk with no budget: all
+                // 512 tokens in a step of a second (bench --fairness-prompt-tokens, four
+                // streams starting their next requests together), and the lanes' first
+                // decode waited for it.
+                if (it.result.is_ok()) {
+                    w.decoding = true;
+                    w.last_step = step_id;
+                }
                 continue;
             }
             w.pos += static_cast<int64_t>(n);

@@ -110,6 +110,7 @@ private:
         bool                      decoding = false;  // decoded since its request began
         double                    budget_tokens = 0;  // its prompt's chunk budget (0: not learnt yet)
         uint64_t                  last_step = 0;     // the step of its last decode (0: none)
+        std::chrono::steady_clock::time_point ended_at{};  // when its last request ended (end())
     };
 
     void loop();
@@ -136,6 +137,7 @@ private:
     // Time budget (decode_step_time_factor): a moving average of decode-only steps (0:
     // none seen yet) and the prompt tokens a step with decodes may take.
     double                   decode_only_step_s_ = 0.0;
+    std::vector<double>      refresh_samples_s_;  // the last (up to 3) re-measurements it is the median of
     double                   prompt_budget_tokens_ = 0.0;  // the last learnt, where a prompt starts
     int32_t                  mixed_steps_since_decode_only_ = 0;
     std::chrono::steady_clock::time_point last_step_end_{};

@@ -233,6 +233,92 @@ TEST(lane_scheduler, EachPromptsChunksFollowItsOwnCost) {
     EXPECT_GE(cheap_chunks[cheap_chunks.size() / 2], 8) << "the cheap prompt's chunks follow its own cost";
 }
 
+// A lane runs request after request (an 8-token prompt, 3 decodes, end) while a
+// 300-token prompt is chunked beside it. Between its requests, and between a prompt
+// and its first decode, the lane still counts as decoding, so the long prompt never
+// takes a chunk without the time budget (all its remaining tokens in one step of
+// hundreds of milliseconds, which the lane's next token would wait for).
+TEST(lane_scheduler, ALaneBetweenItsRequestsKeepsTheBudget) {
+    recording_step rec;
+    scheduler_options o = budget_options();
+    lane_scheduler sched(3, o, [&](std::span<step_item> items) { rec(items); });
+    std::atomic<bool> long_done{false};
+    std::thread streaming([&] {
+        int64_t pos = 0;
+        for (int i = 0; i < 30; ++i) ASSERT_TRUE(sched.decode(0, pos++, 1).is_ok());  // learns a decode-only step
+        sched.end(0);
+        const std::vector<token_id> turn(8, 4);
+        while (!long_done.load()) {
+            pos = 0;
+            ASSERT_TRUE(sched.prefill(0, pos, turn, 8).is_ok());
+            pos += static_cast<int64_t>(turn.size());
+            for (int i = 0; i < 3; ++i) ASSERT_TRUE(sched.decode(0, pos++, 1).is_ok());
+            sched.end(0);
+        }
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    std::vector<token_id> prompt(300, 7);
+    EXPECT_TRUE(sched.prefill(2, 0, prompt, 512).is_ok());
+    long_done = true;
+    streaming.join();
+    sched.stop();
+
+    int64_t largest = 0, long_total = 0;
+    for (const step_record & r : rec.steps()) {
+        largest = std::max(largest, r.n_prompt);
+        long_total += r.n_prompt;
+    }
+    EXPECT_GE(long_total, 300);
+    // The budget is about 4 tokens a step (2 x 4 ms); the lane's own turns are 8, and a
+    // step may hold one of them beside a long-prompt chunk. Without the budget the first
+    // such moment would run the rest of the long prompt at once.
+    EXPECT_LE(largest, 32) << "a prompt chunk ran without the time budget";
+}
+
+// One decode-only re-measurement while a prompt runs is slow (40 ms instead of 4, as a
+// step preempted on a loaded machine): the budget does not follow that one sample, so
+// the prompt's chunks stay near 4 tokens instead of growing towards 40.
+TEST(lane_scheduler, OneSlowDecodeOnlyStepDoesNotSetTheBudget) {
+    std::mutex m;
+    std::vector<step_record> steps;
+    std::atomic<bool> prompt_running{false};
+    int decode_only_during_prompt = 0;
+    scheduler_options o = budget_options();
+    o.decode_only_refresh_steps = 4;
+    lane_scheduler sched(3, o, [&](std::span<step_item> items) {
+        step_record r;
+        for (step_item & it : items) {
+            if (it.kind == step_kind::decode) {
+                ++r.n_decodes;
+                it.sampled = 1;
+            } else {
+                r.n_prompt += static_cast<int64_t>(it.tokens.size());
+            }
+        }
+        int cost_ms = 4 + static_cast<int>(r.n_prompt);
+        {
+            std::lock_guard<std::mutex> lock(m);
+            if (prompt_running.load() && r.n_prompt == 0 && r.n_decodes > 0 && ++decode_only_during_prompt == 2) cost_ms = 40;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(cost_ms));
+        std::lock_guard<std::mutex> lock(m);
+        steps.push_back(r);
+    });
+    decode_beside_a_long_prompt(sched, [&] { prompt_running = true; }, 30);
+
+    std::lock_guard<std::mutex> lock(m);
+    ASSERT_GE(decode_only_during_prompt, 3) << "the slow step and one re-measurement after it";
+    int64_t prompt_total = 0, largest_mixed = 0;
+    for (const step_record & r : steps) {
+        prompt_total += r.n_prompt;
+        if (r.n_decodes > 0) largest_mixed = std::max(largest_mixed, r.n_prompt);
+    }
+    EXPECT_EQ(prompt_total, 300);
+    // Taken as the decode-only time, 40 ms would make the budget 80 ms: chunks doubling
+    // up to 40 tokens before the next re-measurement.
+    EXPECT_LE(largest_mixed, 16) << "the budget followed one slow step";
+}
+
 // Six lanes start decoding, two more while the first step runs: the first steps are
 // split, but the groups merge (a step waits a moment for the lanes of the step that
 // just ended) instead of alternating between six and two lanes for good.

@@ -68,6 +68,54 @@ void add_scaled(const float * a, const uint8_t * rows, size_t row_stride_bytes, 
     }
 }
 
+// Four heads' weights against the same rows, 64 values of each head at a time (16
+// accumulators): a row's 64 values are loaded (and widened) once for the four heads
+// instead of once per head. Each value still sees the rows in order, one rounded
+// multiply and one rounded add each, as in add_scaled. Attention (4 query heads per KV
+// head, f16 KV), bench-200m at a 3,072-token prompt: prefill 1.07-1.09x, AMD EPYC Zen 4.
+template <typename E>
+void add_scaled_heads(const float * a, int64_t a_stride, int32_t n_heads, const uint8_t * rows, size_t row_stride_bytes,
+                      int64_t n_rows, float * y, int64_t y_stride, int64_t n) {
+    int32_t g = 0;
+    for (; g + 4 <= n_heads; g += 4) {
+        const float * ag = a + g * a_stride;
+        float * yg = y + g * y_stride;
+        int64_t i = 0;
+        for (; i + 64 <= n; i += 64) {
+            __m512 acc[4][4];
+            #pragma GCC unroll 4
+            for (int h = 0; h < 4; ++h) {
+                #pragma GCC unroll 4
+                for (int k = 0; k < 4; ++k) acc[h][k] = _mm512_loadu_ps(yg + h * y_stride + i + 16 * k);
+            }
+            for (int64_t r = 0; r < n_rows; ++r) {
+                const uint8_t * x = rows + r * row_stride_bytes + static_cast<size_t>(i) * E::elem_bytes;
+                __m512 v[4];
+                #pragma GCC unroll 4
+                for (int k = 0; k < 4; ++k) v[k] = E::load16(x + 16 * k * E::elem_bytes);
+                #pragma GCC unroll 4
+                for (int h = 0; h < 4; ++h) {
+                    const __m512 ar = _mm512_set1_ps(ag[h * a_stride + r]);
+                    #pragma GCC unroll 4
+                    for (int k = 0; k < 4; ++k) acc[h][k] = _mm512_add_ps(acc[h][k], _mm512_mul_ps(ar, v[k]));
+                }
+            }
+            #pragma GCC unroll 4
+            for (int h = 0; h < 4; ++h) {
+                #pragma GCC unroll 4
+                for (int k = 0; k < 4; ++k) _mm512_storeu_ps(yg + h * y_stride + i + 16 * k, acc[h][k]);
+            }
+        }
+        if (i < n) {  // the last n % 64 values (element-wise, so a column range is the same work)
+            for (int h = 0; h < 4; ++h) {
+                add_scaled<E>(ag + h * a_stride, rows + static_cast<size_t>(i) * E::elem_bytes, row_stride_bytes, n_rows,
+                              yg + h * y_stride + i, n - i);
+            }
+        }
+    }
+    for (; g < n_heads; ++g) add_scaled<E>(a + g * a_stride, rows, row_stride_bytes, n_rows, y + g * y_stride, n);
+}
+
 // Rows a and b's 8 f16 values at a and b, widened: row a in lanes 0-7, b in 8-15.
 inline __m512 f16_row_pair(const uint8_t * a, const uint8_t * b) {
     return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(loadu_128(a)), loadu_128(b), 1));
@@ -188,6 +236,16 @@ void add_scaled_f32(const float * a, const uint8_t * rows, size_t row_stride_byt
 
 void add_scaled_f16(const float * a, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows, float * y, int64_t n) {
     add_scaled<f16_elems>(a, rows, row_stride_bytes, n_rows, y, n);
+}
+
+void add_scaled_heads_f32(const float * a, int64_t a_stride, int32_t n_heads, const uint8_t * rows, size_t row_stride_bytes,
+                          int64_t n_rows, float * y, int64_t y_stride, int64_t n) {
+    add_scaled_heads<f32_elems>(a, a_stride, n_heads, rows, row_stride_bytes, n_rows, y, y_stride, n);
+}
+
+void add_scaled_heads_f16(const float * a, int64_t a_stride, int32_t n_heads, const uint8_t * rows, size_t row_stride_bytes,
+                          int64_t n_rows, float * y, int64_t y_stride, int64_t n) {
+    add_scaled_heads<f16_elems>(a, a_stride, n_heads, rows, row_stride_bytes, n_rows, y, y_stride, n);
 }
 
 void mul_tile_f16(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,

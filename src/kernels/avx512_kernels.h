@@ -16,6 +16,10 @@ namespace skippy::kernels::avx512 {
 void from_float_f16(const float * src, uint8_t * dst, int64_t n);
 void add_scaled_f32(const float * a, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows, float * y, int64_t n);
 void add_scaled_f16(const float * a, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows, float * y, int64_t n);
+void add_scaled_heads_f32(const float * a, int64_t a_stride, int32_t n_heads, const uint8_t * rows, size_t row_stride_bytes,
+                          int64_t n_rows, float * y, int64_t y_stride, int64_t n);
+void add_scaled_heads_f16(const float * a, int64_t a_stride, int32_t n_heads, const uint8_t * rows, size_t row_stride_bytes,
+                          int64_t n_rows, float * y, int64_t y_stride, int64_t n);
 void mul_tile_f16(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
                   int64_t n_tokens, int64_t n, float * y, int64_t y_stride);
 

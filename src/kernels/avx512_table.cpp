@@ -56,9 +56,13 @@ void install_kernels(type_kernels * entries, size_t n) {
     for (const encoder & e : encoders) {
         if (type_kernels * k = find(entries, n, e.type)) k->from_float_activation = e.from_float_activation;
     }
-    if (type_kernels * k = find(entries, n, tensor_type::f32)) k->add_scaled = add_scaled_f32;
+    if (type_kernels * k = find(entries, n, tensor_type::f32)) {
+        k->add_scaled = add_scaled_f32;
+        k->add_scaled_heads = add_scaled_heads_f32;
+    }
     if (type_kernels * k = find(entries, n, tensor_type::f16)) {
         k->add_scaled = add_scaled_f16;
+        k->add_scaled_heads = add_scaled_heads_f16;
         k->mul_tile = mul_tile_f16;
         // Also quantize_row's: the KV cache stores keys and values through it, per token.
         k->from_float = from_float_f16;

@@ -44,6 +44,17 @@ void add_scaled_rows(tensor_type t, const float * a, const uint8_t * rows, size_
     k->add_scaled(a, rows, row_stride_bytes, n_rows, y, n);
 }
 
+void add_scaled_rows_heads(tensor_type t, const float * a, int64_t a_stride, int32_t n_heads, const uint8_t * rows,
+                           size_t row_stride_bytes, int64_t n_rows, float * y, int64_t y_stride, int64_t n) {
+    const type_kernels * k = active_kernels(t);
+    assert(k != nullptr && k->add_scaled != nullptr);
+    if (k->add_scaled_heads != nullptr) {
+        k->add_scaled_heads(a, a_stride, n_heads, rows, row_stride_bytes, n_rows, y, y_stride, n);
+        return;
+    }
+    for (int32_t g = 0; g < n_heads; ++g) k->add_scaled(a + g * a_stride, rows, row_stride_bytes, n_rows, y + g * y_stride, n);
+}
+
 const char * active_implementation() { return implementation_name(active_impl()); }
 
 status select_implementation(std::string_view name) {

@@ -112,6 +112,14 @@ void dot_rows(tensor_type t, const uint8_t * rows, size_t row_stride_bytes, int6
 void add_scaled_rows(tensor_type t, const float * a, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows,
                      float * y, int64_t n);
 
+// add_scaled_rows for each head g < n_heads: weights a + g * a_stride, output y + g *
+// y_stride, the same rows (attention's query heads that share a KV head). Every output
+// gets exactly add_scaled_rows' operations (the same bits); the rows are read once.
+// REQUIRES: t is F32 or F16; n_heads >= 0; y overlaps neither the rows, a, nor itself
+// across heads.
+void add_scaled_rows_heads(tensor_type t, const float * a, int64_t a_stride, int32_t n_heads, const uint8_t * rows,
+                           size_t row_stride_bytes, int64_t n_rows, float * y, int64_t y_stride, int64_t n);
+
 // y[i] = exp(x[i] - shift) for i < n (x == y allowed): the difference rounded, then a
 // fixed polynomial approximation of exp (relative error about 2e-7, exp(-inf) = 0;
 // src/kernels/exp_approx.h), the same operations and bits in every implementation.

@@ -43,6 +43,11 @@ using mul_tile_fn = void (*)(const uint8_t * w, size_t w_row_bytes, int64_t n_ro
 using add_scaled_fn = void (*)(const float * a, const uint8_t * rows, size_t row_stride_bytes, int64_t n_rows,
                                float * y, int64_t n);
 
+// add_scaled for n_heads weight vectors (head g's at a + g * a_stride) against the same
+// rows, into y + g * y_stride: each head's outputs get exactly add_scaled's operations.
+using add_scaled_heads_fn = void (*)(const float * a, int64_t a_stride, int32_t n_heads, const uint8_t * rows,
+                                     size_t row_stride_bytes, int64_t n_rows, float * y, int64_t y_stride, int64_t n);
+
 struct type_kernels {
     tensor_type type = tensor_type::f32;
     // Format activations are converted to before vec_dot (F32, F16, BF16, Q8_0, Q8_1, Q8_K).
@@ -61,6 +66,8 @@ struct type_kernels {
     mul_tile_fn mul_tile = nullptr;
     // Set on F32 and F16 (the KV cache types, for attention).
     add_scaled_fn add_scaled = nullptr;
+    // Optional (null: add_scaled once per head); reads the rows once for all the heads.
+    add_scaled_heads_fn add_scaled_heads = nullptr;
 };
 
 // The kernel paths, slowest first. Every path gives bitwise the scalar reference's

@@ -244,11 +244,9 @@ void attend_online(const head_group & h) {
             running_max[static_cast<size_t>(g)] = new_max;
         }
         add_weights_in_key_order(scores.data(), h.bt, h.n_heads, n_keys, running_sum.data());
-        for (int32_t g = 0; g < h.n_heads; ++g) {
-            // acc[i] = acc[i] + w_j * v_j[i] for j in order
-            kernels::add_scaled_rows(h.kv_type, scores.data() + static_cast<size_t>(g) * static_cast<size_t>(h.bt), vbase,
-                                     h.row_bytes_kv, n_keys, acc.data() + static_cast<size_t>(g) * static_cast<size_t>(h.hd), h.hd);
-        }
+        // acc[i] = acc[i] + w_j * v_j[i] for j in order, each head; the values read once.
+        kernels::add_scaled_rows_heads(h.kv_type, scores.data(), h.bt, h.n_heads, vbase, h.row_bytes_kv, n_keys, acc.data(), h.hd,
+                                       h.hd);
     }
     for (int32_t g = 0; g < h.n_heads; ++g) {
         float * o = h.out + static_cast<int64_t>(g) * h.hd;
@@ -323,7 +321,7 @@ void store_kv(const layer_pass & p, int64_t t, const float * k, const float * v)
 // type (with an f16 KV it is rounded to f16, as the reference converts it to the K
 // type); each score is the kernels' F16 / F32 dot product (kernels::dot_rows: eight
 // partial sums, fixed combination); then, for each key in order, running_sum += w, and
-// acc[i] = acc[i] + w * v[i] (rounded product, rounded sum; kernels::add_scaled_rows).
+// acc[i] = acc[i] + w * v[i] (rounded product, rounded sum; kernels::add_scaled_rows_heads, the values read once for the task's heads).
 // Which heads share a task, and which other rows or sequences share the pass, change no
 // operation. A sliding window only moves the first key: the blocks stay aligned to
 // absolute positions, so a row's result depends on its position and the stored K/V

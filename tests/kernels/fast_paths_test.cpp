@@ -454,6 +454,49 @@ TEST_P(path_only, DotRowsAndAddScaledRowsEqualTheScalarReference) {
     }
 }
 
+// The heads variant (attention's query heads that share a KV head) against the scalar
+// add_scaled once per head, bitwise: 1 to 9 heads (groups of four and the rest), row
+// lengths with and without a tail past 64, 1 to 70 rows, weights with strides wider
+// than the rows, values that include signed zeros, infinities and subnormals.
+TEST_P(path_only, AddScaledHeadsEqualsTheScalarReferencePerHead) {
+    SKIP_WITHOUT(GetParam());
+    for (tensor_type t : {tensor_type::f32, tensor_type::f16}) {
+        const type_kernels & fast = path_of(GetParam(), t);
+        for (int64_t n : {16, 64, 67, 128, 200}) {
+            for (int64_t n_rows : {1, 5, 70}) {
+                const size_t rb = row_bytes(t, n), stride = rb + 10;
+                std::vector<uint8_t> rows(static_cast<size_t>(n_rows) * stride, 0x55);
+                for (int64_t r = 0; r < n_rows; ++r) {
+                    auto v = random_row(n, 900 + static_cast<uint64_t>(r));
+                    if (r == 1) {
+                        v[0] = -0.0f;
+                        v[1] = INFINITY;
+                        v[2] = 1e-41f;
+                    }
+                    scalar_of(t).from_float(v.data(), rows.data() + static_cast<size_t>(r) * stride, n);
+                }
+                for (int32_t n_heads : {1, 3, 4, 5, 8, 9}) {
+                    const int64_t a_stride = n_rows + 3, y_stride = n + 5;
+                    const auto a = random_row(a_stride * n_heads, 950);
+                    std::vector<float> reference = random_row(y_stride * n_heads, 951), got = reference;
+                    for (int32_t g = 0; g < n_heads; ++g) {
+                        scalar_of(t).add_scaled(a.data() + g * a_stride, rows.data(), stride, n_rows, reference.data() + g * y_stride, n);
+                    }
+                    if (fast.add_scaled_heads != nullptr) {
+                        fast.add_scaled_heads(a.data(), a_stride, n_heads, rows.data(), stride, n_rows, got.data(), y_stride, n);
+                    } else {
+                        for (int32_t g = 0; g < n_heads; ++g) {
+                            fast.add_scaled(a.data() + g * a_stride, rows.data(), stride, n_rows, got.data() + g * y_stride, n);
+                        }
+                    }
+                    ASSERT_EQ(std::memcmp(reference.data(), got.data(), got.size() * sizeof(float)), 0)
+                        << tensor_type_name(t) << " n " << n << " rows " << n_rows << " heads " << n_heads;
+                }
+            }
+        }
+    }
+}
+
 // The plain types' tiles (attention's scores: keys against a few query heads) for
 // every row length with a tail, tiles of 1 to 9 rows and 1 to 8 tokens (the AVX-512
 // F16 tile takes 8 rows x 4 tokens, two rows per vector), on random values and on rows

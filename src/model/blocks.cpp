@@ -321,7 +321,8 @@ void store_kv(const layer_pass & p, int64_t t, const float * k, const float * v)
 // type (with an f16 KV it is rounded to f16, as the reference converts it to the K
 // type); each score is the kernels' F16 / F32 dot product (kernels::dot_rows: eight
 // partial sums, fixed combination); then, for each key in order, running_sum += w, and
-// acc[i] = acc[i] + w * v[i] (rounded product, rounded sum; kernels::add_scaled_rows_heads, the values read once for the task's heads).
+// acc[i] = acc[i] + w * v[i] (rounded product, rounded sum;
+// kernels::add_scaled_rows_heads, which reads the values once for the task's heads).
 // Which heads share a task, and which other rows or sequences share the pass, change no
 // operation. A sliding window only moves the first key: the blocks stay aligned to
 // absolute positions, so a row's result depends on its position and the stored K/V

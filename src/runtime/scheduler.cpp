@@ -81,7 +81,6 @@ void lane_scheduler::end(int32_t lane) {
         std::lock_guard<std::mutex> lock(mutex_);
         lanes_[static_cast<size_t>(lane)].decoding = false;
         lanes_[static_cast<size_t>(lane)].last_step = 0;
-        lanes_[static_cast<size_t>(lane)].ended_at = sched_clock::now();
     }
     work_cv_.notify_one();  // a step gathering for this lane need not wait for it
 }
@@ -131,15 +130,14 @@ void lane_scheduler::learn_step_cost(size_t n_decodes, int64_t n_prompt_tokens, 
 
 std::vector<step_item> lane_scheduler::form_step(sched_clock::time_point & wait_until) {
     wait_until = sched_clock::time_point::max();
-    const auto now = sched_clock::now();
     std::vector<size_t> decodes, prefills;
-    // Lanes that decode, and lanes whose request ended a moment ago (`gather`): a
-    // client's next turn usually follows at once, and in between a long prompt beside
-    // it would run a chunk without the time budget.
+    // Lanes decoding or about to (a prompt just done): those a prompt chunk makes wait. A
+    // lane with a prompt of its own to run is not one of them (alone, its prompt takes
+    // full chunks).
     int32_t n_decoding = 0;
     for (size_t i = 0; i < lanes_.size(); ++i) {
         const lane_work & w = lanes_[i];
-        if (w.decoding || now - w.ended_at < options_.gather) ++n_decoding;
+        if (w.decoding && !(w.kind == work_kind::prefill && !w.done)) ++n_decoding;
         if (w.done || w.kind == work_kind::none) continue;
         (w.kind == work_kind::decode ? decodes : prefills).push_back(i);
     }
@@ -153,6 +151,7 @@ std::vector<step_item> lane_scheduler::form_step(sched_clock::time_point & wait_
     // (`gather`) for them keeps a step whole: otherwise lanes that once fell into two
     // steps (they finished their prompts at different times) stay split for good, each
     // step reading all the weights for a part of the lanes.
+    const auto now = sched_clock::now();
     auto awaited = [&](uint64_t step) {
         return step != 0 && std::any_of(lanes_.begin(), lanes_.end(), [&](const lane_work & w) {
                    return w.decoding && w.last_step == step && (w.kind == work_kind::none || w.done);

@@ -110,7 +110,6 @@ private:
         bool                      decoding = false;  // decoded since its request began
         double                    budget_tokens = 0;  // its prompt's chunk budget (0: not learnt yet)
         uint64_t                  last_step = 0;     // the step of its last decode (0: none)
-        std::chrono::steady_clock::time_point ended_at{};  // when its last request ended (end())
     };
 
     void loop();

@@ -233,46 +233,64 @@ TEST(lane_scheduler, EachPromptsChunksFollowItsOwnCost) {
     EXPECT_GE(cheap_chunks[cheap_chunks.size() / 2], 8) << "the cheap prompt's chunks follow its own cost";
 }
 
-// A lane runs request after request (an 8-token prompt, 3 decodes, end) while a
-// 300-token prompt is chunked beside it. Between its requests, and between a prompt
-// and its first decode, the lane still counts as decoding, so the long prompt never
-// takes a chunk without the time budget (all its remaining tokens in one step of
-// hundreds of milliseconds, which the lane's next token would wait for).
-TEST(lane_scheduler, ALaneBetweenItsRequestsKeepsTheBudget) {
-    recording_step rec;
-    scheduler_options o = budget_options();
-    lane_scheduler sched(3, o, [&](std::span<step_item> items) { rec(items); });
-    std::atomic<bool> long_done{false};
-    std::thread streaming([&] {
-        int64_t pos = 0;
-        for (int i = 0; i < 30; ++i) ASSERT_TRUE(sched.decode(0, pos++, 1).is_ok());  // learns a decode-only step
-        sched.end(0);
-        const std::vector<token_id> turn(8, 4);
-        while (!long_done.load()) {
-            pos = 0;
-            ASSERT_TRUE(sched.prefill(0, pos, turn, 8).is_ok());
-            pos += static_cast<int64_t>(turn.size());
-            for (int i = 0; i < 3; ++i) ASSERT_TRUE(sched.decode(0, pos++, 1).is_ok());
-            sched.end(0);
+// A lane's new request arrives while a long prompt runs with nobody decoding (its
+// chunks unbudgeted, as a lone prompt's are). When the lane's prompt is done it counts as
+// decoding at once: the next step waits for its first decode and holds the long
+// prompt to the time budget, instead of running a whole long-prompt chunk first that
+// the lane's first token would wait for.
+TEST(lane_scheduler, ALaneWhosePromptIsDoneCountsAsDecoding) {
+    struct step_seen {
+        bool    lane0_prompt = false, lane0_decode = false;
+        int64_t long_tokens = 0;
+    };
+    std::mutex m;
+    std::vector<step_seen> steps;
+    lane_scheduler sched(3, budget_options(), [&](std::span<step_item> items) {
+        step_seen r;
+        int64_t n_prompt = 0;
+        for (step_item & it : items) {
+            if (it.kind == step_kind::decode) {
+                it.sampled = 1;
+                if (it.lane == 0) r.lane0_decode = true;
+            } else {
+                n_prompt += static_cast<int64_t>(it.tokens.size());
+                if (it.lane == 0) r.lane0_prompt = true;
+                if (it.lane == 2) r.long_tokens += static_cast<int64_t>(it.tokens.size());
+            }
         }
+        std::this_thread::sleep_for(std::chrono::milliseconds(4 + n_prompt));
+        std::lock_guard<std::mutex> lock(m);
+        steps.push_back(r);
     });
-    std::this_thread::sleep_for(std::chrono::milliseconds(150));
-    std::vector<token_id> prompt(300, 7);
-    EXPECT_TRUE(sched.prefill(2, 0, prompt, 512).is_ok());
-    long_done = true;
-    streaming.join();
+    // Lane 1 decodes alone first, so the scheduler knows a decode-only step's time.
+    for (int64_t pos = 0; pos < 20; ++pos) ASSERT_TRUE(sched.decode(1, pos, 1).is_ok());
+    sched.end(1);
+    std::thread long_prompt([&] {
+        std::vector<token_id> prompt(300, 7);
+        EXPECT_TRUE(sched.prefill(2, 0, prompt, 16).is_ok());
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(40));  // a few long-prompt steps
+    const std::vector<token_id> turn(8, 4);
+    ASSERT_TRUE(sched.prefill(0, 0, turn, 8).is_ok());
+    for (int64_t pos = 8; pos < 28; ++pos) ASSERT_TRUE(sched.decode(0, pos, 1).is_ok());
+    sched.end(0);
+    long_prompt.join();
     sched.stop();
 
-    int64_t largest = 0, long_total = 0;
-    for (const step_record & r : rec.steps()) {
-        largest = std::max(largest, r.n_prompt);
-        long_total += r.n_prompt;
+    std::lock_guard<std::mutex> lock(m);
+    size_t k = 0;
+    while (k < steps.size() && !steps[k].lane0_prompt) ++k;
+    ASSERT_LT(k + 1, steps.size()) << "lane 0's prompt ran, and a step after it";
+    EXPECT_TRUE(steps[k + 1].lane0_decode) << "the step after the prompt waited for the lane's first decode (it held "
+                                           << steps[k + 1].long_tokens << " long-prompt tokens)";
+    // The first chunk beside the lane takes the size last learnt (here the initial
+    // quarter of step_tokens, 16); from its cost the budget is about 4 tokens a step (2 x
+    // 4 ms), where the long prompt's own chunk size is 16.
+    int64_t largest_beside = 0;
+    for (size_t i = k + 2; i < steps.size(); ++i) {
+        if (steps[i].lane0_decode) largest_beside = std::max(largest_beside, steps[i].long_tokens);
     }
-    EXPECT_GE(long_total, 300);
-    // The budget is about 4 tokens a step (2 x 4 ms); the lane's own turns are 8, and a
-    // step may hold one of them beside a long-prompt chunk. Without the budget the first
-    // such moment would run the rest of the long prompt at once.
-    EXPECT_LE(largest, 32) << "a prompt chunk ran without the time budget";
+    EXPECT_LE(largest_beside, 8) << "long-prompt chunks beside the lane keep to the time budget";
 }
 
 // One decode-only re-measurement while a prompt runs is slow (40 ms instead of 4, as a

@@ -24,6 +24,9 @@ class recording_step {
 public:
     // A decode-only step costs decode_ms (4 unless set); each prompt token 1 ms more.
     std::atomic<int> decode_ms{4};
+    // Optional, set before the steps run: more milliseconds for a step (called on the
+    // scheduler's thread, before the step sleeps).
+    std::function<int(const step_record &)> extra_ms;
 
     void operator()(std::span<step_item> items) {
         step_record r;
@@ -35,7 +38,8 @@ public:
                 r.n_prompt += static_cast<int64_t>(it.tokens.size());
             }
         }
-        std::this_thread::sleep_for(std::chrono::microseconds(1000 * (decode_ms.load() + r.n_prompt)));
+        const int64_t extra = extra_ms ? extra_ms(r) : 0;
+        std::this_thread::sleep_for(std::chrono::microseconds(1000 * (decode_ms.load() + r.n_prompt + extra)));
         std::lock_guard<std::mutex> lock(mutex_);
         steps_.push_back(r);
     }
@@ -297,37 +301,21 @@ TEST(lane_scheduler, ALaneWhosePromptIsDoneCountsAsDecoding) {
 // step preempted on a loaded machine): the budget does not follow that one sample, so
 // the prompt's chunks stay near 4 tokens instead of growing towards 40.
 TEST(lane_scheduler, OneSlowDecodeOnlyStepDoesNotSetTheBudget) {
-    std::mutex m;
-    std::vector<step_record> steps;
+    recording_step rec;
     std::atomic<bool> prompt_running{false};
-    int decode_only_during_prompt = 0;
+    std::atomic<int> decode_only_during_prompt{0};
+    rec.extra_ms = [&](const step_record & r) {
+        const bool decode_only = r.n_prompt == 0 && r.n_decodes > 0;
+        return prompt_running.load() && decode_only && ++decode_only_during_prompt == 2 ? 36 : 0;
+    };
     scheduler_options o = budget_options();
     o.decode_only_refresh_steps = 4;
-    lane_scheduler sched(3, o, [&](std::span<step_item> items) {
-        step_record r;
-        for (step_item & it : items) {
-            if (it.kind == step_kind::decode) {
-                ++r.n_decodes;
-                it.sampled = 1;
-            } else {
-                r.n_prompt += static_cast<int64_t>(it.tokens.size());
-            }
-        }
-        int cost_ms = 4 + static_cast<int>(r.n_prompt);
-        {
-            std::lock_guard<std::mutex> lock(m);
-            if (prompt_running.load() && r.n_prompt == 0 && r.n_decodes > 0 && ++decode_only_during_prompt == 2) cost_ms = 40;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(cost_ms));
-        std::lock_guard<std::mutex> lock(m);
-        steps.push_back(r);
-    });
+    lane_scheduler sched(3, o, [&](std::span<step_item> items) { rec(items); });
     decode_beside_a_long_prompt(sched, [&] { prompt_running = true; }, 30);
 
-    std::lock_guard<std::mutex> lock(m);
-    ASSERT_GE(decode_only_during_prompt, 3) << "the slow step and one re-measurement after it";
+    ASSERT_GE(decode_only_during_prompt.load(), 3) << "the slow step and one re-measurement after it";
     int64_t prompt_total = 0, largest_mixed = 0;
-    for (const step_record & r : steps) {
+    for (const step_record & r : rec.steps()) {
         prompt_total += r.n_prompt;
         if (r.n_decodes > 0) largest_mixed = std::max(largest_mixed, r.n_prompt);
     }

@@ -267,8 +267,8 @@ template <int Rows>
 // (run_groups, run_pairs): rows [r0 + 16, r0 + 32)'s part of the chunk, chunk_bytes from
 // chunk_offset in each row, fetched while rows [r0, r0 + 16) compute: 16 row streams
 // are more than the hardware prefetcher follows (as in decode_tile).
-[[gnu::always_inline]] inline void prefetch_next_rows(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, int64_t r0, size_t chunk_offset,
-                               size_t chunk_bytes) {
+[[gnu::always_inline]] inline void prefetch_next_rows(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, int64_t r0,
+                                                      size_t chunk_offset, size_t chunk_bytes) {
     for (int64_t i = r0 + 16; i < r0 + 32 && i < n_rows; ++i) {
         prefetch_span(w + static_cast<size_t>(i) * w_row_bytes + chunk_offset, chunk_bytes);
     }

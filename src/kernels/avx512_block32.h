@@ -68,8 +68,10 @@ struct block32_kernel {
     // R rows x G token groups at once: each rearranged activation vector is loaded once
     // for R rows, each broadcast weight dword serves G groups.
     template <int R, int G>
-    static void tokens(const uint8_t * const w[R], const token_group * const g[G], int64_t b0, int64_t b1, __m512 acc[R][G]) {
+    static void tokens(const uint8_t * const w[R], const token_group * const g[G], int64_t b0, int64_t b1, __m512 acc[R][G],
+                       prefetch_stream & pf) {
         for (int64_t b = b0; b < b1; ++b) {
+            pf.step();
             const int64_t i = b - b0;
             alignas(32) uint8_t codes[R][32];
             #pragma GCC unroll 4

@@ -171,8 +171,9 @@ inline __m512i token_offsets(size_t xq_row_bytes, int64_t m) {
 //   struct token_group: the activations of 16 tokens for blocks [b0, b1), rearranged
 //     by prepare(group, x0, offsets, b0, b1) (x0: the first token's row, offsets: each
 //     lane's token row from it, token_offsets)
-//   tokens<R, G>(w_rows[R], groups[G], b0, b1, acc[R][G]): continues acc[r][g] (lane =
-//     token of group g) over blocks [b0, b1) of weight row r
+//   tokens<R, G>(w_rows[R], groups[G], b0, b1, acc[R][G], pf): continues acc[r][g]
+//     (lane = token of group g) over blocks [b0, b1) of weight row r, calling
+//     pf.step() once per 32 values of each block (prefetch_stream)
 //   rest: the AVX2 tile, for the tokens left after the groups (decode is one token)
 //
 // Tokens go in pairs of groups (32 tokens: every unpacked weight block and broadcast
@@ -255,24 +256,59 @@ template <int Rows>
 //
 // The prefetch helpers are always inlined: GCC takes a function whose only effect is a
 // prefetch for one without side effects and deletes the calls to it, silently. That
-// happened to prefetch_next_rows when it was a plain inline function: run_pairs and
-// run_groups ran with no prefetch at all (BM_matmul Q4_K 2816x1024, 8 tokens, one
-// thread: 0.45-0.51 ms, against 0.35-0.36 with the prefetch). The test
+// happened to the tiles' next-rows prefetch when it was a plain inline function:
+// run_pairs and run_groups ran with no prefetch at all (BM_matmul Q4_K 2816x1024, 8
+// tokens, one thread: 0.45-0.51 ms, against 0.35-0.36 with the prefetch). The test
 // kernels.PrefetchesEmitted (cmake/check_prefetch_emitted.py) reads the objects.
 [[gnu::always_inline]] inline void prefetch_span(const uint8_t * p, size_t n_bytes) {
     for (size_t i = 0; i < n_bytes; i += 64) _mm_prefetch(reinterpret_cast<const char *>(p + i), _MM_HINT_T1);
 }
 
-// The tiles that take the rows in blocks of 16 over a chunk of block columns
-// (run_groups, run_pairs): rows [r0 + 16, r0 + 32)'s part of the chunk, chunk_bytes from
-// chunk_offset in each row, fetched while rows [r0, r0 + 16) compute: 16 row streams
-// are more than the hardware prefetcher follows (as in decode_tile).
-[[gnu::always_inline]] inline void prefetch_next_rows(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, int64_t r0,
-                                                      size_t chunk_offset, size_t chunk_bytes) {
-    for (int64_t i = r0 + 16; i < r0 + 32 && i < n_rows; ++i) {
-        prefetch_span(w + static_cast<size_t>(i) * w_row_bytes + chunk_offset, chunk_bytes);
+// For the tiles that take the rows in blocks of 16 over a chunk of block columns
+// (run_groups, run_pairs): rows [r0 + 16, r0 + 32)'s part of the chunk (chunk_bytes from
+// chunk_offset in each row), fetched into L2 while rows [r0, r0 + 16) compute, since 16
+// row streams are more than the hardware prefetcher follows (as in decode_tile). The
+// lines go two at a time: the micro-kernels call step() once per 32 values of a block
+// they take, and the driver calls finish() after the 16 rows for any lines left. All
+// of them at once before the rows (144 lines for Q4_K over a chunk of 4 blocks) stalled
+// the core on its few miss buffers: on Zen 4, 19% of run_pairs' samples sat on the
+// prefetch loop, and BM_matmul (2816x1024, one thread, avx512) took 0.34 ms for 8
+// tokens of Q4_K against 0.24 spread out, 0.47 against 0.40 for 16, 0.68 against 0.43
+// for 16 of Q6_K; 512 tokens of Q4_K 13.5 ms against 12.5.
+struct prefetch_stream {
+    const uint8_t * row;
+    size_t row_stride;
+    size_t chunk_bytes;
+    int64_t rows_left;  // up to 16; none (<= 0) past the last rows
+    size_t pos = 0;     // in the current row's part
+
+    prefetch_stream(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, int64_t r0, size_t chunk_offset, size_t chunk_bytes_)
+        : row(w + static_cast<size_t>(r0 + 16) * w_row_bytes + chunk_offset),
+          row_stride(w_row_bytes),
+          chunk_bytes(chunk_bytes_),
+          rows_left(n_rows - (r0 + 16) < 16 ? n_rows - (r0 + 16) : 16) {}
+
+    [[gnu::always_inline]] void step() {
+        #pragma GCC unroll 2
+        for (int i = 0; i < 2; ++i) {
+            if (rows_left > 0) line();
+        }
     }
-}
+    [[gnu::always_inline]] void finish() {
+        while (rows_left > 0) line();
+    }
+
+  private:
+    [[gnu::always_inline]] void line() {
+        _mm_prefetch(reinterpret_cast<const char *>(row + pos), _MM_HINT_T1);
+        pos += 64;
+        if (pos >= chunk_bytes) {
+            pos = 0;
+            row += row_stride;
+            --rows_left;
+        }
+    }
+};
 
 // Where a group's outputs go: its number of tokens (lanes), and y of its first token.
 struct group_out {
@@ -328,7 +364,7 @@ void run_groups(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uin
             const int64_t nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
             // BM_matmul, one thread, with this against without: 12-16 tokens 0.68-0.89x
             // the time (Q6_K the most), 64 tokens 0.84-0.97x, 512 tokens 0.89-1.02x.
-            prefetch_next_rows(w, w_row_bytes, n_rows, r0, static_cast<size_t>(b0) * K::wbb, static_cast<size_t>(b1 - b0) * K::wbb);
+            prefetch_stream pf(w, w_row_bytes, n_rows, r0, static_cast<size_t>(b0) * K::wbb, static_cast<size_t>(b1 - b0) * K::wbb);
             __m512 acc[16][G];
             for (int g = 0; g < G; ++g) {
                 __m512 v[16];
@@ -343,17 +379,18 @@ void run_groups(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uin
             for (; r + R <= nr; r += R) {
                 const uint8_t * rows[R];
                 for (int i = 0; i < R; ++i) rows[i] = w + static_cast<size_t>(r0 + r + i) * w_row_bytes;
-                K::template tokens<R, G>(rows, gp, b0, b1, acc + r);
+                K::template tokens<R, G>(rows, gp, b0, b1, acc + r, pf);
             }
             for (; r < nr; ++r) {
                 const uint8_t * rows[1] = {w + static_cast<size_t>(r0 + r) * w_row_bytes};
-                K::template tokens<1, G>(rows, gp, b0, b1, acc + r);
+                K::template tokens<1, G>(rows, gp, b0, b1, acc + r, pf);
             }
             for (int g = 0; g < G; ++g) {
                 __m512 v[16];
                 for (int i = 0; i < 16; ++i) v[i] = acc[i][g];
                 store_partials(out[g], y_stride, r0, nr, v);
             }
+            pf.finish();
         }
     }
 }
@@ -572,7 +609,7 @@ void run_pairs(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint
             const int64_t nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
             const __mmask16 rows_mask = static_cast<__mmask16>((1u << nr) - 1u);
             const auto row = [&](int64_t i) { return w + static_cast<size_t>(r0 + (i < nr ? i : nr - 1)) * w_row_bytes; };
-            prefetch_next_rows(w, w_row_bytes, n_rows, r0, static_cast<size_t>(b0) * K::wbb, static_cast<size_t>(b1 - b0) * K::wbb);
+            prefetch_stream pf(w, w_row_bytes, n_rows, r0, static_cast<size_t>(b0) * K::wbb, static_cast<size_t>(b1 - b0) * K::wbb);
             __m512 v[8];
             for (int t = 0; t < 8; ++t) {
                 v[t] = b0 > 0 && t < m ? _mm512_maskz_loadu_ps(rows_mask, y + t * y_stride + r0) : _mm512_setzero_ps();
@@ -585,15 +622,16 @@ void run_pairs(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint
             for (; p + R <= n_vectors; p += R) {
                 const uint8_t * rows[2 * R];
                 for (int i = 0; i < 2 * R; ++i) rows[i] = row(2 * p + i);
-                K::template tokens<R, 1, 2>(rows, gp, b0, b1, acc + p);
+                K::template tokens<R, 1, 2>(rows, gp, b0, b1, acc + p, pf);
             }
             for (; p < n_vectors; ++p) {
                 const uint8_t * rows[2] = {row(2 * p), row(2 * p + 1)};
-                K::template tokens<1, 1, 2>(rows, gp, b0, b1, acc + p);
+                K::template tokens<1, 1, 2>(rows, gp, b0, b1, acc + p, pf);
             }
             for (int q = 0; q < 8; ++q) v[q] = acc[q][0];
             transpose_elements<8>(v);
             for (int t = 0; t < m; ++t) _mm512_mask_storeu_ps(y + t * y_stride + r0, rows_mask, v[t]);
+            pf.finish();
         }
     }
 }

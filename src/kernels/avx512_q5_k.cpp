@@ -48,6 +48,7 @@ struct q5_k_format {
             pair[j] = static_cast<uint32_t>((m8 >> (8 * j)) & 0xff) * 0x10001u;
         }
     }
+    static void scale_bytes(const uint8_t * wb, uint64_t & sc8, uint64_t & m8) { unpack_k4_scales(wb + q5_k_off_scales, sc8, m8); }
     static constexpr auto rest = avx2::mul_tile_q5_k_q8_k;
 
     // Decode (superblock_kernel::rows16; avx512_superblock.h's k4_row_decode).

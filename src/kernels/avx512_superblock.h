@@ -19,6 +19,10 @@
 //   pair_min_tokens  the fewest tokens of a batched decode step that go to run_pairs
 //                 (two rows per vector, avx512_util.h), 0 for none: where it beats the
 //                 decode tile on BM_matmul
+//   scale_bytes   optional, for run_pairs: void scale_bytes(wb, uint64_t & sc8,
+//                 uint64_t & m8), the 8 sub-block scales and the 8 mins as bytes
+//                 (formats with mins and 8 sub-blocks), so that a pair of rows'
+//                 multipliers come from a few vector instructions, not scalar unpacking
 //   prescaled     optional, true: codes() gives code * sc_j (each still a byte) and
 //                 scales() gives sc_j = 1, so no product is multiplied by a scale
 // and for decode (rows16 below):
@@ -211,6 +215,17 @@ constexpr size_t interleaved_offset(int k) {
     return static_cast<size_t>(128 * v + (i < 2 ? 0 : 64) + 16 * l + 8 * (i % 2));
 }
 
+// Bytes x_j and y_j (j < 8) as dwords 2j and 2j + 1.
+inline __m512i interleave_bytes(uint64_t x, uint64_t y) {
+    return _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(_mm_cvtsi64_si128(static_cast<int64_t>(x)), _mm_cvtsi64_si128(static_cast<int64_t>(y))));
+}
+
+// Dwords 2j and 2j + 1 of pairs in every 64-bit lane: a vector's multipliers when its
+// even lanes hold one row and its odd lanes the other (run_pairs), one broadcast load.
+[[gnu::always_inline]] inline __m512i row_pair_at(const int32_t * pairs, int j) {
+    return _mm512_set1_epi64(static_cast<int64_t>(load_u64(reinterpret_cast<const uint8_t *>(pairs + 2 * j))));
+}
+
 template <typename W>
 struct superblock_kernel {
     static constexpr int64_t block_elems = qk_k;
@@ -230,6 +245,7 @@ struct superblock_kernel {
             return false;
         }
     }();
+    static constexpr bool has_scale_bytes = requires(const uint8_t * p, uint64_t & a) { W::scale_bytes(p, a, a); };
     static_assert(!W::has_min || W::bias_shift < 0, "a format has mins or a bias, not both");
     static_assert(W::has_min || W::off_dmin == 0, "off_dmin is for formats with mins");
 
@@ -274,10 +290,27 @@ struct superblock_kernel {
             alignas(64) uint8_t codes[NR][qk_k];
             int32_t sc[NR][n_sub];
             uint32_t pair[NR][8];
+            constexpr bool byte_pairs = Rows == 2 && has_scale_bytes;
+            alignas(64) int32_t sc_pairs[byte_pairs ? R : 1][16];
+            alignas(64) int32_t min_pairs[byte_pairs ? R : 1][16];
             #pragma GCC unroll 8
             for (int r = 0; r < NR; ++r) {
                 W::codes(w[r] + b * wbb, codes[r]);
-                W::scales(w[r] + b * wbb, sc[r], pair[r]);
+                if constexpr (!byte_pairs) W::scales(w[r] + b * wbb, sc[r], pair[r]);
+            }
+            if constexpr (byte_pairs) {
+                // Dwords 2j, 2j + 1: sc_j of the pair's two rows (the lanes' multipliers
+                // of sub-block j); the same for the mins, each doubled into both int16
+                // halves (bsums pair j's multipliers).
+                #pragma GCC unroll 4
+                for (int r = 0; r < R; ++r) {
+                    uint64_t sc_a, m_a, sc_b, m_b;
+                    W::scale_bytes(w[2 * r] + b * wbb, sc_a, m_a);
+                    W::scale_bytes(w[2 * r + 1] + b * wbb, sc_b, m_b);
+                    _mm512_store_si512(sc_pairs[r], interleave_bytes(sc_a, sc_b));
+                    const __m512i m = interleave_bytes(m_a, m_b);
+                    _mm512_store_si512(min_pairs[r], _mm512_or_si512(m, _mm512_slli_epi32(m, 16)));
+                }
             }
             // Two rows per vector: their codes interleaved by dword (interleave_dwords),
             // so that one 64-bit broadcast load gives the pair.
@@ -288,7 +321,13 @@ struct superblock_kernel {
             }
             // The codes are read back as broadcast loads (a load port each), not moved
             // through registers (two shuffles each, on the ports the products need).
-            __asm__("" : "+m"(codes), "+m"(paired));
+            // With two rows per vector only the interleaved copy is read, and the codes
+            // may stay in registers on their way there.
+            if constexpr (Rows == 2) {
+                __asm__("" : "+m"(paired), "+m"(sc_pairs), "+m"(min_pairs));
+            } else {
+                __asm__("" : "+m"(codes));
+            }
             // a: the current sub-block's sums, added to isum times the scale; with
             // prescaled codes, the whole block's (nothing to multiply).
             __m512i isum[R][G], a[R][G];
@@ -328,7 +367,7 @@ struct superblock_kernel {
                 if constexpr (!prescaled) {
                     #pragma GCC unroll 4
                     for (int r = 0; r < R; ++r) {
-                        const __m512i s = lane_rows_i32<Rows>(sc[Rows * r][j], sc[Rows * r + Rows - 1][j]);
+                        const __m512i s = byte_pairs ? row_pair_at(sc_pairs[r], j) : lane_rows_i32<Rows>(sc[Rows * r][j], sc[Rows * r + Rows - 1][j]);
                         #pragma GCC unroll 2
                         for (int q = 0; q < G; ++q) isum[r][q] = _mm512_add_epi32(isum[r][q], _mm512_mullo_epi32(a[r][q], s));
                     }
@@ -352,9 +391,10 @@ struct superblock_kernel {
                     __m512i bsum_term = _mm512_setzero_si512();
                     #pragma GCC unroll 8
                     for (int k = 0; k < 8; ++k) {
-                        bsum_term = _mm512_dpwssd_epi32(bsum_term, g[q]->bsums[i][k],
-                                                        lane_rows_i32<Rows>(static_cast<int32_t>(pair[Rows * r][k]),
-                                                                            static_cast<int32_t>(pair[Rows * r + Rows - 1][k])));
+                        const __m512i mult = byte_pairs ? row_pair_at(min_pairs[r], k)
+                                                        : lane_rows_i32<Rows>(static_cast<int32_t>(pair[Rows * r][k]),
+                                                                              static_cast<int32_t>(pair[Rows * r + Rows - 1][k]));
+                        bsum_term = _mm512_dpwssd_epi32(bsum_term, g[q]->bsums[i][k], mult);
                     }
                     const __m512 dx = g[q]->dx[i];
                     if constexpr (W::has_min) {

@@ -14,7 +14,7 @@ struct q4_k_format {
     static constexpr int n_sub = 8;
     static constexpr bool has_min = true;
     static constexpr int bias_shift = -1;
-    static constexpr int pair_min_tokens = 8;
+    static constexpr int pair_min_tokens = 7;
     // Values 64g + l (l < 32) are the low nibbles of qs[32g + l], 64g + 32 + l the high.
     static void codes(const uint8_t * wb, uint8_t * out) {
         const __m512i low4 = _mm512_set1_epi8(0x0f);

@@ -14,7 +14,7 @@ struct q5_k_format {
     static constexpr int n_sub = 8;
     static constexpr bool has_min = true;
     static constexpr int bias_shift = -1;
-    static constexpr int pair_min_tokens = 8;
+    static constexpr int pair_min_tokens = 7;
     // Values 64g + l (l < 32): low nibble of qs[32g + l] and bit 2g of qh[l]; values
     // 64g + 32 + l: high nibble and bit 2g + 1. Per byte, bit s of qh is brought to bit
     // 0 by a 16-bit shift (what crosses from the other byte is masked off).

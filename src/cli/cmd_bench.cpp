@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 namespace skippy::cli {
@@ -128,15 +129,16 @@ result<std::vector<stream_run>> run_streams(pipeline_i & p, const std::vector<st
 
 // Decode tokens per second of all streams together while every one of them decodes:
 // the tokens that arrived between the last stream's first token and the first
-// stream's last, over that time.
-double aggregate_decode_tps(const std::vector<stream_run> & runs) {
+// stream's last, over that time. None when there is no such time (a stream ended
+// before another's first token: too few --gen-tokens for the streams to overlap).
+std::optional<double> aggregate_decode_tps(const std::vector<stream_run> & runs) {
     bench_clock::time_point from = bench_clock::time_point::min(), to = bench_clock::time_point::max();
     for (const auto & r : runs) {
-        if (r.tokens.empty()) return 0;
+        if (r.tokens.empty()) return std::nullopt;
         from = std::max(from, r.tokens.front());
         to = std::min(to, r.tokens.back());
     }
-    if (!(from < to)) return 0;
+    if (!(from < to)) return std::nullopt;
     int64_t n = 0;
     for (const auto & r : runs) {
         for (const auto & t : r.tokens) n += (t > from && t <= to) ? 1 : 0;
@@ -314,6 +316,7 @@ int run_concurrent(const bench_options & o) {
     j["prompt_tokens"] = o.prompt_tokens;
     j["gen_tokens"] = o.gen_tokens;
     std::vector<double> single_tps, prefill_tps, ttft_ms, aggregate_tps, vs_single, vs_prefill;
+    int32_t rounds_without_overlap = 0;
     nlohmann::json per_stream = nlohmann::json::array();
     for (int32_t r = 0; r < o.repeat && n > 1; ++r) {
         const auto one = run_streams(pipeline, {bench_prompt(o.prompt_tokens, 1000u + static_cast<uint32_t>(r), n_vocab)}, o.gen_tokens,
@@ -326,9 +329,14 @@ int run_concurrent(const bench_options & o) {
         for (int32_t i = 0; i < n; ++i) prompts.push_back(bench_prompt(o.prompt_tokens, 2000u + static_cast<uint32_t>(r * n + i), n_vocab));
         const auto many = run_streams(pipeline, prompts, o.gen_tokens, o.batch_size);
         if (!many.is_ok()) return fail(many.error());
-        aggregate_tps.push_back(aggregate_decode_tps(*many));
-        vs_single.push_back(aggregate_tps.back() / std::max(1e-9, single_tps.back()));
-        vs_prefill.push_back(aggregate_tps.back() / std::max(1e-9, prefill_tps.back()));
+        const auto aggregate = aggregate_decode_tps(*many);
+        if (aggregate) {
+            aggregate_tps.push_back(*aggregate);
+            vs_single.push_back(*aggregate / std::max(1e-9, single_tps.back()));
+            vs_prefill.push_back(*aggregate / std::max(1e-9, prefill_tps.back()));
+        } else {
+            ++rounds_without_overlap;
+        }
         per_stream = nlohmann::json::array();
         for (const auto & s : *many) {
             per_stream.push_back({{"decode_tokens_per_s", s.decode_tps()},
@@ -337,15 +345,23 @@ int run_concurrent(const bench_options & o) {
                                   {"itl_p99_ms", percentile(s.gaps_ms(), 0.99)}});
         }
         SKIPPY_LOG_INFO("round %d: single %.1f tok/s, prefill %.1f tok/s, %d streams %.1f tok/s", r + 1, single_tps.back(),
-                        prefill_tps.back(), n, aggregate_tps.back());
+                        prefill_tps.back(), n, aggregate ? *aggregate : 0.0);
     }
     if (n > 1) {
         j["single_decode_tokens_per_s"] = median(single_tps);
         j["single_ttft_ms"] = median(ttft_ms);
         j["prefill_tokens_per_s"] = median(prefill_tps);
-        j["aggregate_decode_tokens_per_s"] = median(aggregate_tps);
-        j["aggregate_over_single"] = median(vs_single);
-        j["aggregate_over_prefill"] = median(vs_prefill);
+        // Rounds whose streams never all decoded at once have no aggregate: the median
+        // is over the others, and null (with a warning) when there are none.
+        const auto median_or_null = [](const std::vector<double> & v) { return v.empty() ? nlohmann::json() : nlohmann::json(median(v)); };
+        j["aggregate_decode_tokens_per_s"] = median_or_null(aggregate_tps);
+        j["aggregate_over_single"] = median_or_null(vs_single);
+        j["aggregate_over_prefill"] = median_or_null(vs_prefill);
+        j["aggregate_rounds"] = static_cast<int32_t>(aggregate_tps.size());
+        if (rounds_without_overlap > 0) {
+            SKIPPY_LOG_WARN("%d of %d rounds had no time when all %d streams decoded at once (no aggregate for them): raise --gen-tokens",
+                            rounds_without_overlap, o.repeat, n);
+        }
         j["streams"] = per_stream;  // the last round's
     }
 

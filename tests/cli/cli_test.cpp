@@ -339,9 +339,16 @@ TEST_F(cli, BenchConcurrencyReportsAggregateAndFairness) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const auto j = nlohmann::json::parse(r.out);
     EXPECT_EQ(j["concurrency"], 2);
-    for (const char * k : {"single_decode_tokens_per_s", "aggregate_decode_tokens_per_s", "aggregate_over_single",
-                           "aggregate_over_prefill", "prefill_tokens_per_s"}) {
-        EXPECT_TRUE(j[k].is_number()) << k << ": " << r.out;
+    for (const char * k : {"single_decode_tokens_per_s", "prefill_tokens_per_s"}) EXPECT_GT(j[k].get<double>(), 0.0) << k << ": " << r.out;
+    // The aggregate is over the time both streams decode; 4 tokens each may not overlap
+    // (aggregate_rounds 0, the figures null: BenchConcurrencyWithoutOverlapSaysSo).
+    ASSERT_TRUE(j["aggregate_rounds"].is_number_integer()) << r.out;
+    for (const char * k : {"aggregate_decode_tokens_per_s", "aggregate_over_single", "aggregate_over_prefill"}) {
+        if (j["aggregate_rounds"] == 1) {
+            EXPECT_GT(j[k].get<double>(), 0.0) << k << ": " << r.out;
+        } else {
+            EXPECT_TRUE(j[k].is_null()) << k << ": " << r.out;
+        }
     }
     ASSERT_EQ(j["streams"].size(), 2u) << r.out;
     const auto & f = j["fairness"];
@@ -356,6 +363,21 @@ TEST_F(cli, BenchConcurrencyReportsAggregateAndFairness) {
                            "--concurrency", "2", "--fairness-prompt-tokens", "20"});
     EXPECT_EQ(refused.exit_code, 1);
     EXPECT_NE(refused.err.find("--gen-tokens 2 or more"), std::string::npos) << refused.err;
+}
+
+// Streams of one token never all decode at once: no aggregate is measured, and the
+// output says so (null figures, a warning) rather than printing a rate of 0.
+TEST_F(cli, BenchConcurrencyWithoutOverlapSaysSo) {
+    auto r = skippy({"bench", "-m", model_, "--prompt-tokens", "8", "--gen-tokens", "1", "--repeat", "2", "-t", "1", "--concurrency",
+                     "2", "--json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["aggregate_rounds"], 0) << r.out;
+    for (const char * k : {"aggregate_decode_tokens_per_s", "aggregate_over_single", "aggregate_over_prefill"}) {
+        EXPECT_TRUE(j[k].is_null()) << k << ": " << r.out;
+    }
+    EXPECT_GT(j["prefill_tokens_per_s"].get<double>(), 0.0) << r.out;
+    EXPECT_NE(r.err.find("2 of 2 rounds had no time when all 2 streams decoded at once"), std::string::npos) << r.err;
 }
 
 // The plan tiles [0, n_layer), names ports base + i, and carries an absolute model

@@ -367,7 +367,8 @@ struct superblock_kernel {
                 if constexpr (!prescaled) {
                     #pragma GCC unroll 4
                     for (int r = 0; r < R; ++r) {
-                        const __m512i s = byte_pairs ? row_pair_at(sc_pairs[r], j) : lane_rows_i32<Rows>(sc[Rows * r][j], sc[Rows * r + Rows - 1][j]);
+                        const __m512i s = byte_pairs ? row_pair_at(sc_pairs[r], j)
+                                                     : lane_rows_i32<Rows>(sc[Rows * r][j], sc[Rows * r + Rows - 1][j]);
                         #pragma GCC unroll 2
                         for (int q = 0; q < G; ++q) isum[r][q] = _mm512_add_epi32(isum[r][q], _mm512_mullo_epi32(a[r][q], s));
                     }

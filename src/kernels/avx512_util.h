@@ -273,7 +273,7 @@ template <int Rows>
 // of them at once before the rows (144 lines for Q4_K over a chunk of 4 blocks) stalled
 // the core on its few miss buffers: on Zen 4, 19% of run_pairs' samples sat on the
 // prefetch loop, and BM_matmul (2816x1024, one thread, avx512) took 0.34 ms for 8
-// tokens of Q4_K against 0.24 spread out, 0.47 against 0.40 for 16, 0.68 against 0.43
+// tokens of Q4_K against 0.29 spread out, 0.47 against 0.40 for 16, 0.68 against 0.43
 // for 16 of Q6_K; 512 tokens of Q4_K 13.5 ms against 12.5.
 struct prefetch_stream {
     const uint8_t * row;

@@ -120,10 +120,11 @@ private:
 
     // After a step: updates the decode-only step time and the prompt budget.
     // The prompt tokens w's next chunk may take beside decodes: its own learnt size,
-    // or the last one learnt before its first chunk.
+    // or, before its first chunk, the last size learnt near the start of a sequence.
     double chunk_budget(const lane_work & w) const { return w.budget_tokens > 0 ? w.budget_tokens : prompt_budget_tokens_; }
-    // `prompt_lane`: the lane whose chunk the step ran (-1: none, or several).
-    void learn_step_cost(size_t n_decodes, int64_t n_prompt_tokens, int32_t prompt_lane, double seconds);
+    // `prompt_lane`: the lane whose chunk the step ran (-1: none, or several), and
+    // `prompt_pos`: where that chunk started.
+    void learn_step_cost(size_t n_decodes, int64_t n_prompt_tokens, int32_t prompt_lane, int64_t prompt_pos, double seconds);
 
     const scheduler_options  options_;
     step_fn                  run_;
@@ -137,7 +138,7 @@ private:
     // none seen yet) and the prompt tokens a step with decodes may take.
     double                   decode_only_step_s_ = 0.0;
     std::vector<double>      refresh_samples_s_;  // the last (up to 3) re-measurements it is the median of
-    double                   prompt_budget_tokens_ = 0.0;  // the last learnt, where a prompt starts
+    double                   prompt_budget_tokens_ = 0.0;  // where a prompt starts (chunk_budget)
     int32_t                  mixed_steps_since_decode_only_ = 0;
     std::chrono::steady_clock::time_point last_step_end_{};
     bool                     stopping_ = false;

@@ -237,6 +237,65 @@ TEST(lane_scheduler, EachPromptsChunksFollowItsOwnCost) {
     EXPECT_GE(cheap_chunks[cheap_chunks.size() / 2], 8) << "the cheap prompt's chunks follow its own cost";
 }
 
+// A short prompt at the start of its sequence arrives while a prompt far into its own
+// (4 ms a token) is chunked beside two decoding lanes, at about 1 token a step: the
+// short prompt's first chunk takes a size learnt near a sequence's start (here the
+// initial quarter of step_tokens, 16; its tokens cost 0.25 ms), not the dear prompt's.
+TEST(lane_scheduler, APromptStartingBesideADeepOneTakesAStartsChunkSize) {
+    std::mutex m;
+    std::vector<std::pair<int32_t, int64_t>> chunks;  // (lane, tokens) of every prompt chunk beside decodes
+    lane_scheduler sched(4, budget_options(), [&](std::span<step_item> items) {
+        double cost_ms = 4.0;
+        bool decodes = false;
+        for (step_item & it : items) {
+            if (it.kind == step_kind::decode) {
+                decodes = true;
+                it.sampled = 1;
+            } else {
+                cost_ms += static_cast<double>(it.tokens.size()) * (it.pos_start >= 1000 ? 4.0 : 0.25);
+            }
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(1000 * cost_ms)));
+        std::lock_guard<std::mutex> lock(m);
+        for (const step_item & it : items) {
+            if (decodes && it.kind == step_kind::prefill) chunks.emplace_back(it.lane, static_cast<int64_t>(it.tokens.size()));
+        }
+    });
+    std::atomic<bool> prompts_done{false};
+    std::vector<std::thread> decoders;
+    for (int32_t lane = 0; lane < 2; ++lane) {
+        decoders.emplace_back([&, lane] {
+            for (int64_t pos = 0; !prompts_done.load(); ++pos) ASSERT_TRUE(sched.decode(lane, pos, 1).is_ok());
+            sched.end(lane);
+        });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));  // a decode-only step is learnt
+    std::thread deep([&] {
+        std::vector<token_id> prompt(60, 9);
+        EXPECT_TRUE(sched.prefill(2, 1000, prompt, 512).is_ok());
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));  // its chunks are down to about 1
+    std::vector<token_id> prompt(20, 5);
+    EXPECT_TRUE(sched.prefill(3, 0, prompt, 512).is_ok());
+    deep.join();
+    prompts_done.store(true);
+    for (auto & t : decoders) t.join();
+    sched.stop();
+    std::vector<int64_t> deep_chunks;
+    int64_t first_start_chunk = -1;
+    {
+        std::lock_guard<std::mutex> lock(m);
+        for (const auto & [lane, n] : chunks) {
+            if (lane == 2) deep_chunks.push_back(n);
+            if (lane == 3 && first_start_chunk < 0) first_start_chunk = n;
+        }
+    }
+    ASSERT_GE(deep_chunks.size(), 5u);
+    std::sort(deep_chunks.begin(), deep_chunks.end());
+    EXPECT_LE(deep_chunks[deep_chunks.size() / 2], 4) << "the deep prompt's chunks follow its own cost";
+    EXPECT_GE(first_start_chunk, 8) << "the new prompt's first chunk took the deep prompt's size";
+}
+
 // A lane's new request arrives while a long prompt runs with nobody decoding (its
 // chunks unbudgeted, as a lone prompt's are). When the lane's prompt is done it counts as
 // decoding at once: the next step waits for its first decode and holds the long

@@ -64,11 +64,13 @@ std::vector<token_id> bench_prompt(int32_t n, uint32_t seed, int32_t n_vocab) {
 }
 
 // One stream: when it started and when each of its tokens arrived (for a stream of
-// several requests, request_starts holds the index of each request's first token).
+// several requests, request_starts holds the index of each request's first token and
+// request_begins when each request was made).
 struct stream_run {
     bench_clock::time_point              start;
     std::vector<bench_clock::time_point> tokens;
     std::vector<size_t>                  request_starts;
+    std::vector<bench_clock::time_point> request_begins;
     double first_ms() const { return tokens.empty() ? 0 : 1000.0 * seconds_between(start, tokens.front()); }
     double decode_tps() const {
         return tokens.size() < 2 ? 0 : static_cast<double>(tokens.size() - 1) / seconds_between(tokens.front(), tokens.back());
@@ -81,6 +83,16 @@ struct stream_run {
             if (!starts_request(i)) g.push_back(1000.0 * seconds_between(tokens[i - 1], tokens[i]));
         }
         return g;
+    }
+    // Time to first token of the requests made in [from, to) that got one (all but
+    // the stream's first request, whose prompts all arrive at once).
+    std::vector<double> later_ttfts_ms(bench_clock::time_point from, bench_clock::time_point to) const {
+        std::vector<double> t;
+        for (size_t k = 1; k < request_begins.size() && k < request_starts.size(); ++k) {
+            if (request_begins[k] < from || !(request_begins[k] < to) || request_starts[k] >= tokens.size()) continue;
+            t.push_back(1000.0 * seconds_between(request_begins[k], tokens[request_starts[k]]));
+        }
+        return t;
     }
 };
 
@@ -113,6 +125,7 @@ result<std::vector<stream_run>> run_streams(pipeline_i & p, const std::vector<st
                     return !keep_going || more;
                 };
                 runs[i].request_starts.push_back(runs[i].tokens.size());
+                runs[i].request_begins.push_back(bench_clock::now());
                 auto res = run_generation(p, static_cast<int32_t>(i), req);
                 if (!res.is_ok()) {
                     errors[i] = res.error();
@@ -430,6 +443,18 @@ int run_concurrent(const bench_options & o) {
                 if (s.tokens[i] > long_start && s.tokens[i - 1] < long_first) busy_gaps.push_back(1000.0 * seconds_between(s.tokens[i - 1], s.tokens[i]));
             }
         }
+        // The streams' later requests: their prompts' time to first token before the long
+        // prompt and while it runs (a short prompt beside it must not wait for it).
+        std::vector<double> ttft_before, ttft_during;
+        for (const auto & s : *busy) {
+            const auto b = s.later_ttfts_ms(bench_clock::time_point::min(), long_start);
+            const auto d = s.later_ttfts_ms(long_start, long_first);
+            ttft_before.insert(ttft_before.end(), b.begin(), b.end());
+            ttft_during.insert(ttft_during.end(), d.begin(), d.end());
+        }
+        const auto percentile_or_null = [](const std::vector<double> & v, double q) {
+            return v.empty() ? nlohmann::json() : nlohmann::json(percentile(v, q));
+        };
         const double median_quiet = percentile(quiet_gaps, 0.5);
         const double p99_busy = percentile(busy_gaps, 0.99);
         j["fairness"] = {{"long_prompt_tokens", o.fairness_prompt_tokens},
@@ -438,6 +463,10 @@ int run_concurrent(const bench_options & o) {
                          {"itl_median_ms_during", percentile(busy_gaps, 0.5)},
                          {"itl_p99_ms_during", p99_busy},
                          {"itl_samples_during", busy_gaps.size()},
+                         {"ttft_median_ms_before", percentile_or_null(ttft_before, 0.5)},
+                         {"ttft_median_ms_during", percentile_or_null(ttft_during, 0.5)},
+                         {"ttft_p99_ms_during", percentile_or_null(ttft_during, 0.99)},
+                         {"ttft_samples_during", ttft_during.size()},
                          {"p99_during_over_median_without", p99_busy / std::max(1e-9, median_quiet)}};
     }
     std::printf("%s\n", o.json ? j.dump().c_str() : j.dump(2).c_str());

@@ -358,6 +358,15 @@ TEST_F(cli, BenchConcurrencyReportsAggregateAndFairness) {
     EXPECT_GE(f["itl_p99_ms_during"].get<double>(), f["itl_median_ms_during"].get<double>());
     EXPECT_GT(f["p99_during_over_median_without"].get<double>(), 0.0);
     EXPECT_GT(f["itl_samples_during"].get<int64_t>(), 0) << r.out;
+    // Every stream's second request was made before the long prompt: its time to first
+    // token is the baseline; those made while it ran may be none on this tiny model.
+    EXPECT_GT(f["ttft_median_ms_before"].get<double>(), 0.0) << r.out;
+    ASSERT_TRUE(f["ttft_samples_during"].is_number_integer()) << r.out;
+    if (f["ttft_samples_during"].get<int64_t>() > 0) {
+        EXPECT_GE(f["ttft_p99_ms_during"].get<double>(), f["ttft_median_ms_during"].get<double>()) << r.out;
+    } else {
+        EXPECT_TRUE(f["ttft_median_ms_during"].is_null()) << r.out;
+    }
     // Streams of one token have no gaps to measure: refused, not looped forever.
     auto refused = skippy({"bench", "-m", model_, "--prompt-tokens", "8", "--gen-tokens", "1", "--repeat", "1", "-t", "1",
                            "--concurrency", "2", "--fairness-prompt-tokens", "20"});

@@ -57,6 +57,7 @@ status lane_scheduler::prefill(int32_t lane, int64_t pos_start, std::span<const 
     w.tokens = tokens;
     w.max_chunk = max_chunk_tokens;
     w.budget_tokens = 0;
+    w.prompt_started = false;
     w.order = next_order_++;
     w.ready_at = sched_clock::now();
     w.done = false;
@@ -160,6 +161,18 @@ std::vector<step_item> lane_scheduler::form_step(sched_clock::time_point & wait_
     std::sort(decodes.begin(), decodes.end(), by_order);
     std::sort(prefills.begin(), prefills.end(), by_order);
     if (decodes.empty() && prefills.empty()) return {};
+    if (n_decoding == 0 && prefills.size() > 1) {
+        // Nobody decodes, so no prompt chunk is held to a budget, and a prompt under way
+        // (a long one: far into its sequence, its chunks are dear) yields for a step to
+        // prompts that have not started: their first tokens would wait for its whole
+        // chunk (bench --fairness-prompt-tokens 4000, streams starting their next
+        // requests together: 1.4 s to their first tokens, steps of a 512-token chunk at
+        // position 3,000). Once their prompts are in they decode, and the long prompt's
+        // chunks beside them keep to the time budget.
+        const auto started = std::stable_partition(prefills.begin(), prefills.end(),
+                                                   [&](size_t i) { return !lanes_[i].prompt_started; });
+        if (started != prefills.begin()) prefills.erase(started, prefills.end());
+    }
 
     // A lane that ran in the step that just ended hands in its next token within
     // moments; so do the lanes of the ready head's previous step. Waiting a moment
@@ -315,6 +328,7 @@ void lane_scheduler::loop() {
             w.pos += static_cast<int64_t>(n);
             w.tokens = w.tokens.subspan(n);
             w.ready_at = now;
+            w.prompt_started = true;
             // The next chunk queues behind the prompts that waited (round robin): by the
             // order of asking, a short prompt that came during a long one would get no
             // budget until the long one was done.

@@ -8,7 +8,8 @@
 //     is not held until a long one is done), within a token budget while any lane
 //     decodes, so that a long prompt is prefilled in chunks beside the running
 //     streams instead of stalling them for its whole length; a lone prompt takes its
-//     full chunk size;
+//     full chunk size, and with nobody decoding a prompt under way yields a step to
+//     prompts that have not started (their first tokens would wait for its chunk);
 //   - the prompt tokens of a step with decodes are also held to a time budget (a
 //     multiple of a decode-only step, learnt from the steps that ran and re-measured
 //     every few steps as the decoding lanes' contexts grow): a chunk's cost grows
@@ -109,6 +110,7 @@ private:
         token_logprobs            logprobs;
         bool                      decoding = false;  // decoded since its request began
         double                    budget_tokens = 0;  // its prompt's chunk budget (0: not learnt yet)
+        bool                      prompt_started = false;  // a chunk of its prompt has run
         uint64_t                  last_step = 0;     // the step of its last decode (0: none)
     };
 

@@ -296,6 +296,54 @@ TEST(lane_scheduler, APromptStartingBesideADeepOneTakesAStartsChunkSize) {
     EXPECT_GE(first_start_chunk, 8) << "the new prompt's first chunk took the deep prompt's size";
 }
 
+// With nobody decoding, a prompt under way (100-token chunks at 1 ms a token) yields a
+// step to a prompt that has not started: the new prompt's step holds none of the long
+// prompt's tokens, so its first token does not wait for a whole long chunk.
+TEST(lane_scheduler, APromptUnderWayYieldsToANewOneWhenNobodyDecodes) {
+    std::mutex m;
+    std::vector<std::pair<int64_t, int64_t>> steps;  // (lane 2's tokens, lane 3's tokens) per step
+    lane_scheduler sched(4, budget_options(), [&](std::span<step_item> items) {
+        std::pair<int64_t, int64_t> r{0, 0};
+        int64_t n_prompt = 0;
+        for (step_item & it : items) {
+            if (it.kind == step_kind::decode) {
+                it.sampled = 1;
+                continue;
+            }
+            n_prompt += static_cast<int64_t>(it.tokens.size());
+            if (it.lane == 2) r.first += static_cast<int64_t>(it.tokens.size());
+            if (it.lane == 3) r.second += static_cast<int64_t>(it.tokens.size());
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2 + n_prompt));
+        std::lock_guard<std::mutex> lock(m);
+        steps.push_back(r);
+    });
+    std::thread long_prompt([&] {
+        std::vector<token_id> prompt(400, 7);
+        EXPECT_TRUE(sched.prefill(2, 0, prompt, 100).is_ok());
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // its first chunk is under way
+    const std::vector<token_id> turn(8, 4);
+    ASSERT_TRUE(sched.prefill(3, 0, turn, 512).is_ok());
+    for (int64_t pos = 8; pos < 12; ++pos) ASSERT_TRUE(sched.decode(3, pos, 1).is_ok());
+    sched.end(3);
+    long_prompt.join();
+    sched.stop();
+
+    std::lock_guard<std::mutex> lock(m);
+    int64_t long_total = 0, short_total = 0;
+    for (const auto & [l, sh] : steps) {
+        long_total += l;
+        short_total += sh;
+    }
+    EXPECT_EQ(long_total, 400);
+    EXPECT_EQ(short_total, 8);
+    const auto first_short = std::find_if(steps.begin(), steps.end(), [](const auto & r) { return r.second > 0; });
+    ASSERT_NE(first_short, steps.end());
+    EXPECT_GT(first_short - steps.begin(), 0) << "the long prompt was under way first";
+    EXPECT_EQ(first_short->first, 0) << "the new prompt's step also ran " << first_short->first << " long-prompt tokens";
+}
+
 // A lane's new request arrives while a long prompt runs with nobody decoding (its
 // chunks unbudgeted, as a lone prompt's are). When the lane's prompt is done it counts as
 // decoding at once: the next step waits for its first decode and holds the long

@@ -186,16 +186,14 @@ TEST(lane_scheduler, AShortPromptDuringALongOneIsNotHeldUntilItEnds) {
     EXPECT_LT(short_done_at.load() + 10, long_done_at) << n_steps << " steps";
 }
 
-// Two prompts take turns beside two decoding lanes, one far into its sequence (4 ms a
-// token, as attention over a long prefix makes it) and one at its start (0.25 ms a
-// token): each prompt's chunks are sized from its own cost, so the dear prompt's stay
-// near its budget (2 x 4 ms a step: about 1 token) instead of taking the size the cheap
-// prompt's chunks earned (about 16), and the cheap prompt is not held to the dear one's.
-TEST(lane_scheduler, EachPromptsChunksFollowItsOwnCost) {
-    std::mutex m;
-    std::vector<std::pair<int32_t, int64_t>> chunks;  // (lane, tokens) of every prompt chunk beside decodes
-    scheduler_options o = budget_options();
-    lane_scheduler sched(4, o, [&](std::span<step_item> items) {
+// A step that costs 4 ms plus, per prompt token, 4 ms from position 1000 on (attention
+// over a long prefix) or 0.25 ms before it; it records every prompt chunk that ran
+// beside decodes as (lane, tokens).
+struct position_cost_step {
+    std::mutex                               m;
+    std::vector<std::pair<int32_t, int64_t>> chunks;
+
+    void operator()(std::span<step_item> items) {
         double cost_ms = 4.0;
         bool decodes = false;
         for (step_item & it : items) {
@@ -211,7 +209,21 @@ TEST(lane_scheduler, EachPromptsChunksFollowItsOwnCost) {
         for (const step_item & it : items) {
             if (decodes && it.kind == step_kind::prefill) chunks.emplace_back(it.lane, static_cast<int64_t>(it.tokens.size()));
         }
-    });
+    }
+    std::vector<std::pair<int32_t, int64_t>> chunks_seen() {
+        std::lock_guard<std::mutex> lock(m);
+        return chunks;
+    }
+};
+
+// Two prompts take turns beside two decoding lanes, one far into its sequence (4 ms a
+// token, as attention over a long prefix makes it) and one at its start (0.25 ms a
+// token): each prompt's chunks are sized from its own cost, so the dear prompt's stay
+// near its budget (2 x 4 ms a step: about 1 token) instead of taking the size the cheap
+// prompt's chunks earned (about 16), and the cheap prompt is not held to the dear one's.
+TEST(lane_scheduler, EachPromptsChunksFollowItsOwnCost) {
+    position_cost_step step;
+    lane_scheduler sched(4, budget_options(), [&](std::span<step_item> items) { step(items); });
     std::thread dear_prompt;
     decode_beside_a_long_prompt(
         sched,
@@ -225,10 +237,7 @@ TEST(lane_scheduler, EachPromptsChunksFollowItsOwnCost) {
         },
         30, [&] { dear_prompt.join(); });
     std::vector<int64_t> dear, cheap_chunks;
-    {
-        std::lock_guard<std::mutex> lock(m);
-        for (const auto & [lane, n] : chunks) (lane == 3 ? dear : cheap_chunks).push_back(n);
-    }
+    for (const auto & [lane, n] : step.chunks_seen()) (lane == 3 ? dear : cheap_chunks).push_back(n);
     ASSERT_GE(dear.size(), 5u);
     ASSERT_GE(cheap_chunks.size(), 5u);
     std::sort(dear.begin(), dear.end());
@@ -242,25 +251,8 @@ TEST(lane_scheduler, EachPromptsChunksFollowItsOwnCost) {
 // short prompt's first chunk takes a size learnt near a sequence's start (here the
 // initial quarter of step_tokens, 16; its tokens cost 0.25 ms), not the dear prompt's.
 TEST(lane_scheduler, APromptStartingBesideADeepOneTakesAStartsChunkSize) {
-    std::mutex m;
-    std::vector<std::pair<int32_t, int64_t>> chunks;  // (lane, tokens) of every prompt chunk beside decodes
-    lane_scheduler sched(4, budget_options(), [&](std::span<step_item> items) {
-        double cost_ms = 4.0;
-        bool decodes = false;
-        for (step_item & it : items) {
-            if (it.kind == step_kind::decode) {
-                decodes = true;
-                it.sampled = 1;
-            } else {
-                cost_ms += static_cast<double>(it.tokens.size()) * (it.pos_start >= 1000 ? 4.0 : 0.25);
-            }
-        }
-        std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(1000 * cost_ms)));
-        std::lock_guard<std::mutex> lock(m);
-        for (const step_item & it : items) {
-            if (decodes && it.kind == step_kind::prefill) chunks.emplace_back(it.lane, static_cast<int64_t>(it.tokens.size()));
-        }
-    });
+    position_cost_step step;
+    lane_scheduler sched(4, budget_options(), [&](std::span<step_item> items) { step(items); });
     std::atomic<bool> prompts_done{false};
     std::vector<std::thread> decoders;
     for (int32_t lane = 0; lane < 2; ++lane) {
@@ -283,12 +275,9 @@ TEST(lane_scheduler, APromptStartingBesideADeepOneTakesAStartsChunkSize) {
     sched.stop();
     std::vector<int64_t> deep_chunks;
     int64_t first_start_chunk = -1;
-    {
-        std::lock_guard<std::mutex> lock(m);
-        for (const auto & [lane, n] : chunks) {
-            if (lane == 2) deep_chunks.push_back(n);
-            if (lane == 3 && first_start_chunk < 0) first_start_chunk = n;
-        }
+    for (const auto & [lane, n] : step.chunks_seen()) {
+        if (lane == 2) deep_chunks.push_back(n);
+        if (lane == 3 && first_start_chunk < 0) first_start_chunk = n;
     }
     ASSERT_GE(deep_chunks.size(), 5u);
     std::sort(deep_chunks.begin(), deep_chunks.end());

@@ -43,11 +43,12 @@ struct q4_k_format {
     static constexpr auto rest = avx2::mul_tile_q4_k_q8_k;
 
     // Decode (superblock_kernel::rows16; avx512_superblock.h's k4_row_decode).
-    using decode_x = min_decode_x;
+    using decode_x = k4_decode_x;
+    static constexpr int split_mins_from = k4_split_mins_from;
     [[gnu::always_inline]] static void x_decode(const uint8_t * xb, decode_x & xd) { k4_x_decode(xb, xd); }
     template <int NT>
-    [[gnu::always_inline]] static void row_decode(const uint8_t * wb, const decode_x * xd, __m512i * out) {
-        k4_row_decode<NT, false>(wb + q4_k_off_scales, wb + q4_k_off_qs, nullptr, xd, out);
+    [[gnu::always_inline]] static void row_decode(const uint8_t * wb, const decode_x * xd, __m512i * out, uint64_t & m8) {
+        k4_row_decode<NT, false>(wb + q4_k_off_scales, wb + q4_k_off_qs, nullptr, xd, out, m8);
     }
     static_assert(q4_k_off_dmin == q4_k_off_d + 2);
     static constexpr size_t off_scale = q4_k_off_d;  // d, then dmin

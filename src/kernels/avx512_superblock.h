@@ -31,6 +31,10 @@
 //   void row_decode<NT>(wb, const decode_x[NT], __m512i out[NT])   one row's integer
 //                 sums per token: with mins, isum partials in lanes 0-7 and imin
 //                 partials in lanes 8-15; without, 16 isum partials
+//   split_mins_from  optional (formats with 8 mins of 6 bits: Q4_K, Q5_K): the hook is
+//                 row_decode<NT>(wb, xd, out, uint64_t & m8), m8 the row's 8 mins as
+//                 bytes, and from this many tokens on, out holds 16 isum partials and
+//                 rows16 forms imin for its 16 rows at once (k4_decode_x, k4_mins16)
 //   off_scale     where in a block the 4 bytes holding d (and dmin) start
 //   void scales16(words, d, dmin)   16 such dwords (one per row) to d_w and dmin_w
 //
@@ -108,18 +112,6 @@ struct min_decode_x {
     return acc;
 }
 
-// One row's vector for rows16 (formats with mins), for NT tokens: isum partials
-// (scaled_products) folded into lanes 0-7, and imin partials (the mins m, one per 16
-// values, times the bsums) in lanes 8-15.
-template <int NT>
-[[gnu::always_inline]] inline void min_row_sums(const __m512i c[4], const __m512i mult[4], __m256i m, const min_decode_x * xd,
-                                                __m512i * out) {
-    #pragma GCC unroll 4
-    for (int i = 0; i < NT; ++i) {
-        out[i] = isum_imin(scaled_products(_mm512_setzero_si512(), c, mult, xd[i].q), _mm256_madd_epi16(xd[i].bsums, m));
-    }
-}
-
 // The same for the formats whose values are codes minus a constant (Q3_K, Q6_K): 16
 // isum partials, the constant entering as the token's bias (int16 per 16 values, then
 // zeros) times the row's bias_w.
@@ -146,8 +138,28 @@ inline void f16_ending_scales(__m512i words, __m512 & d, __m512 & dmin) {
 // gives the nibbles: q[2h] = values [128h, 128h + 32) and [128h + 64, 128h + 96) (low
 // nibbles), q[2h + 1] = the 32 values after each (high nibbles); so the 128-bit lanes
 // of q[2h + g] belong to sub-blocks 4h + g (twice) and 4h + g + 2 (twice).
+//
+// From two tokens on, the mins' term imin = sum_j m_j * s_j (s_j: the token's sum over
+// sub-block j, bsums 2j and 2j + 1 added) is formed for 16 rows at once, not per row:
+// sub_sums holds the s_j as int16 pairs (dword k = s_2k, s_2k+1; |s_j| <= 32 * 128 <
+// 2^15), and each row leaves its 8 mins as bytes (k4_mins16). Per row and token that
+// leaves only the products (4 vpmaddubsw, 4 vpdpwssd), where a per-row imin cost a
+// vpmaddwd and the fold of isum into half the lanes besides. BM_matmul, one thread,
+// Zen 4, 2816x1024, old and new interleaved: Q4_K 4 tokens 0.171-0.172 ms against
+// 0.176-0.201, 6 tokens 0.221-0.234 against 0.271-0.276; Q5_K 4 tokens 0.186-0.202
+// against 0.212-0.220. One token keeps the per-row imin (as
+// min_decode_x): there the 16 rows' extra work cost more than it saved where rows are
+// short (Q4_K 2816x1024 0.088-0.089 ms against 0.073-0.078; 1024x2816 gained, 0.074-
+// 0.077 against 0.083-0.085).
+constexpr int k4_split_mins_from = 2;
 
-[[gnu::always_inline]] inline void k4_x_decode(const uint8_t * xb, min_decode_x & xd) {
+struct k4_decode_x {
+    __m512i q[4];
+    __m256i bsums;
+    alignas(16) int32_t sub_sums[4];
+};
+
+[[gnu::always_inline]] inline void k4_x_decode(const uint8_t * xb, k4_decode_x & xd) {
     const uint8_t * q = xb + q8_k_off_qs;
     #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
@@ -155,19 +167,21 @@ inline void f16_ending_scales(__m512i words, __m512 & d, __m512 & dmin) {
         xd.q[2 * h + 1] = join_256(q + 128 * h + 32, q + 128 * h + 96);
     }
     xd.bsums = loadu_256(xb + q8_k_off_bsums);
+    const __m256i s = _mm256_madd_epi16(xd.bsums, _mm256_set1_epi16(1));
+    _mm_store_si128(reinterpret_cast<__m128i *>(xd.sub_sums), _mm_packs_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1)));
 }
 
 // Codes (pairs within 2 * 31 * 128) and multipliers (each lane's sub-block scale) for
-// min_row_sums, the mins duplicated per 16 values. With High (Q5_K), the fifth bits from qh (broadcast to both halves) are added where
-// vptestmb finds them: vector 2h + g's halves take bits 4h + g and 4h + g + 2.
+// scaled_products; m8 gets the row's mins. Below k4_split_mins_from tokens, out is
+// min_decode_x's [isum | imin] instead, the mins duplicated per 16 values. With High
+// (Q5_K), the fifth bits from qh (broadcast to both halves) are added where vptestmb
+// finds them: vector 2h + g's halves take bits 4h + g and 4h + g + 2.
 template <int NT, bool High>
 [[gnu::always_inline]] inline void k4_row_decode(const uint8_t * scales, const uint8_t * qs, const uint8_t * qh,
-                                                 const min_decode_x * xd, __m512i * out) {
-    uint64_t sc8, m8;
+                                                 const k4_decode_x * xd, __m512i * out, uint64_t & m8) {
+    uint64_t sc8;
     unpack_k4_scales(scales, sc8, m8);
     const __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc8))));
-    const __m128i m8v = _mm_cvtsi64_si128(static_cast<int64_t>(m8));
-    const __m256i m = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8v, m8v));
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     __m512i c[4], mult[4];
     #pragma GCC unroll 2
@@ -185,7 +199,57 @@ template <int NT, bool High>
             mult[2 * h + g] = _mm512_shuffle_epi8(sc, pick_words(j, j, j + 2, j + 2));
         }
     }
-    min_row_sums<NT>(c, mult, m, xd, out);
+    if constexpr (NT >= k4_split_mins_from) {
+        #pragma GCC unroll 4
+        for (int i = 0; i < NT; ++i) out[i] = scaled_products(_mm512_setzero_si512(), c, mult, xd[i].q);
+    } else {
+        const __m128i m8v = _mm_cvtsi64_si128(static_cast<int64_t>(m8));
+        const __m256i m = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8v, m8v));
+        #pragma GCC unroll 4
+        for (int i = 0; i < NT; ++i) {
+            out[i] = isum_imin(scaled_products(_mm512_setzero_si512(), c, mult, xd[i].q), _mm256_madd_epi16(xd[i].bsums, m));
+        }
+    }
+}
+
+// 16 rows' 8 bytes each (a row's mins), collected as the rows come, in the order of
+// for_row_pairs, into two vectors of 8 rows: in registers, since scalar stores read
+// back as one vector wait for store forwarding (as dword_collector16's comment says).
+struct qword_collector16 {
+    __m128i pair[2];
+    __m256i quad[2];
+    __m512i half[2];  // rows 0-7, rows 8-15
+
+    void add_pair(int k, uint64_t a, uint64_t b) {
+        pair[k] = _mm_unpacklo_epi64(_mm_cvtsi64_si128(static_cast<int64_t>(a)), _mm_cvtsi64_si128(static_cast<int64_t>(b)));
+    }
+    void add_quad(int q) { quad[q] = _mm256_inserti128_si256(_mm256_castsi128_si256(pair[0]), pair[1], 1); }
+    void add_half(int h) { half[h] = _mm512_inserti64x4(_mm512_castsi256_si512(quad[0]), quad[1], 1); }
+};
+
+// The mins of 16 rows (qword_collector16's halves) as int16 pairs: v[k] lane r = m_2k,
+// m_2k+1 of row r, so that vpdpwssd with a token's sub_sums dword k, broadcast, adds
+// the pair's part of every row's imin. Word 4r + k of the 128 bytes is that pair of
+// bytes; one vpermt2w gathers two k's words, and the bytes widen to int16.
+struct k4_mins_index {
+    alignas(64) int16_t words[2][32];  // [k / 2]: words 4r + k (r = 0..15), then 4r + k + 1
+};
+inline constexpr k4_mins_index k_k4_mins_index = [] {
+    k4_mins_index x{};
+    for (int h = 0; h < 2; ++h) {
+        for (int i = 0; i < 32; ++i) x.words[h][i] = static_cast<int16_t>(4 * (i % 16) + 2 * h + i / 16);
+    }
+    return x;
+}();
+
+[[gnu::always_inline]] inline void k4_mins16(const qword_collector16 & mins, __m512i v[4]) {
+    const __m512i lo = mins.half[0], hi = mins.half[1];
+    #pragma GCC unroll 2
+    for (int k = 0; k < 4; k += 2) {
+        const __m512i words = _mm512_permutex2var_epi16(lo, _mm512_load_si512(k_k4_mins_index.words[k / 2]), hi);
+        v[k] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(words));
+        v[k + 1] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(words, 1));
+    }
 }
 
 // The activation in the order of the crumbs of one 64-byte load of Q2_K / Q3_K's qs:
@@ -246,6 +310,15 @@ struct superblock_kernel {
         }
     }();
     static constexpr bool has_scale_bytes = requires(const uint8_t * p, uint64_t & a) { W::scale_bytes(p, a, a); };
+    static constexpr bool has_split_mins = requires { W::split_mins_from; };
+    template <int NT>
+    static constexpr bool split_mins = [] {
+        if constexpr (has_split_mins) {
+            return NT >= W::split_mins_from;
+        } else {
+            return false;
+        }
+    }();
     static_assert(!W::has_min || W::bias_shift < 0, "a format has mins or a bias, not both");
     static_assert(W::has_min || W::off_dmin == 0, "off_dmin is for formats with mins");
 
@@ -428,6 +501,7 @@ struct superblock_kernel {
     template <int NT>
         requires requires { typename W::decode_x; }
     static void rows16(const row_group & rows, const uint8_t * const x[NT], int64_t nb, const uint8_t * next, __m512 acc[NT]) {
+        constexpr bool apart = split_mins<NT>;
         #pragma GCC unroll 4
         for (int i = 0; i < NT; ++i) acc[i] = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
@@ -438,6 +512,7 @@ struct superblock_kernel {
             const uint8_t * fetch = next != nullptr ? next + b * 16 * wbb : nullptr;
             int pair_index = 0;
             typename W::decode_x xd[NT];
+            qword_collector16 mins;
             #pragma GCC unroll 4
             for (int i = 0; i < NT; ++i) W::x_decode(x[i] + b * xbb, xd[i]);
             const int64_t off = b * static_cast<int64_t>(wbb);
@@ -451,26 +526,44 @@ struct superblock_kernel {
                     ++pair_index;
                     scale.add_pair(k, p0 + W::off_scale, p1 + W::off_scale);
                     __m512i o0[NT], o1[NT];
-                    W::template row_decode<NT>(p0, xd, o0);
-                    W::template row_decode<NT>(p1, xd, o1);
+                    if constexpr (has_split_mins) {
+                        uint64_t m0, m1;
+                        W::template row_decode<NT>(p0, xd, o0, m0);
+                        W::template row_decode<NT>(p1, xd, o1, m1);
+                        if constexpr (apart) mins.add_pair(k, m0, m1);
+                    } else {
+                        W::template row_decode<NT>(p0, xd, o0);
+                        W::template row_decode<NT>(p1, xd, o1);
+                    }
                     #pragma GCC unroll 4
                     for (int i = 0; i < NT; ++i) red[i].add_pair(k, o0[i], o1[i]);
                 },
                 [&](int h, int q) __attribute__((always_inline)) {
                     scale.add_quad(2 * h + q);
+                    if constexpr (apart) mins.add_quad(q);
                     #pragma GCC unroll 4
                     for (int i = 0; i < NT; ++i) red[i].add_quad(q);
                 },
                 [&](int h) __attribute__((always_inline)) {
                     #pragma GCC unroll 4
                     for (int i = 0; i < NT; ++i) halves[i][h] = red[i].half();
+                    if constexpr (apart) mins.add_half(h);
                 });
             __m512 dw, dmin;
             W::scales16(scale.vec(), dw, dmin);
+            __m512i min_pairs[apart ? 4 : 1];
+            if constexpr (apart) k4_mins16(mins, min_pairs);
             #pragma GCC unroll 4
             for (int i = 0; i < NT; ++i) {
                 __m512i lo, hi;
                 reduce16_pairs::finish(halves[i][0], halves[i][1], lo, hi);
+                if constexpr (apart) {
+                    // lo + hi: the isum partials' two halves; then hi: the rows' imin.
+                    lo = _mm512_add_epi32(lo, hi);
+                    hi = _mm512_setzero_si512();
+                    #pragma GCC unroll 4
+                    for (int k = 0; k < 4; ++k) hi = _mm512_dpwssd_epi32(hi, min_pairs[k], _mm512_set1_epi32(xd[i].sub_sums[k]));
+                }
                 const __m512 dx = _mm512_set1_ps(load_f32(x[i] + b * xbb + q8_k_off_d));
                 if constexpr (W::has_min) {
                     // Reference: sum += (d_w * d_x) * isum - (dmin_w * d_x) * imin.

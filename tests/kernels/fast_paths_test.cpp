@@ -351,18 +351,21 @@ TEST_P(path_only, ExtremeCodesEqualTheScalarReferenceBitwise) {
                                                            << " row " << r;
                 }
             }
-            // Prefill tiles (every token lane of a 16-token group and a pair of groups):
-            // 37 tokens, codes +127 and -127 alternating.
-            const int64_t n_tokens = 37;
+            // Batched decode steps (the decode tile's groups of 2 to 4 tokens, two groups,
+            // the paired tile) and prefill tiles (every token lane of a 16-token group and
+            // a pair of groups, 37 tokens): codes +127 and -127 alternating.
             const size_t x_row = xs[0].size();
-            std::vector<uint8_t> xt;
-            for (int64_t t = 0; t < n_tokens; ++t) xt.insert(xt.end(), xs[t % 2].begin(), xs[t % 2].end());
-            std::vector<float> y(static_cast<size_t>(n_rows * n_tokens), -1.0f);
-            fast.mul_tile(w.data(), w_row, n_rows, xt.data(), x_row, n_tokens, n, y.data(), n_rows);
-            for (int64_t t = 0; t < n_tokens; ++t) {
-                for (int64_t r = 0; r < n_rows; ++r) {
-                    ASSERT_TRUE(same_bits(y[t * n_rows + r], reference.vec_dot(w.data() + r * w_row, xs[t % 2].data(), n)))
-                        << testing::type_param_name(c.t) << " pattern " << pattern << " tile row " << r << " token " << t;
+            for (const int64_t n_tokens : {int64_t{2}, int64_t{3}, int64_t{4}, int64_t{6}, int64_t{8}, int64_t{37}}) {
+                std::vector<uint8_t> xt;
+                for (int64_t t = 0; t < n_tokens; ++t) xt.insert(xt.end(), xs[t % 2].begin(), xs[t % 2].end());
+                std::vector<float> y(static_cast<size_t>(n_rows * n_tokens), -1.0f);
+                fast.mul_tile(w.data(), w_row, n_rows, xt.data(), x_row, n_tokens, n, y.data(), n_rows);
+                for (int64_t t = 0; t < n_tokens; ++t) {
+                    for (int64_t r = 0; r < n_rows; ++r) {
+                        ASSERT_TRUE(same_bits(y[t * n_rows + r], reference.vec_dot(w.data() + r * w_row, xs[t % 2].data(), n)))
+                            << testing::type_param_name(c.t) << " pattern " << pattern << " tokens " << n_tokens << " row " << r
+                            << " token " << t;
+                    }
                 }
             }
         }

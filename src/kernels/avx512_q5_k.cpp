@@ -57,7 +57,11 @@ struct q5_k_format {
     [[gnu::always_inline]] static void x_decode(const uint8_t * xb, decode_x & xd) { k4_x_decode(xb, xd); }
     template <int NT>
     [[gnu::always_inline]] static void row_decode(const uint8_t * wb, const decode_x * xd, __m512i * out, uint64_t & m8) {
-        k4_row_decode<NT, true>(wb + q5_k_off_scales, wb + q5_k_off_qs, wb + q5_k_off_qh, xd, out, m8);
+        if constexpr (NT >= k4_split_mins_from) {
+            k4_dot_row_decode<NT, true>(wb + q5_k_off_scales, wb + q5_k_off_qs, wb + q5_k_off_qh, xd, out, m8);
+        } else {
+            k4_row_decode<NT, true>(wb + q5_k_off_scales, wb + q5_k_off_qs, wb + q5_k_off_qh, xd, out, m8);
+        }
     }
     static_assert(q5_k_off_dmin == q5_k_off_d + 2);
     static constexpr size_t off_scale = q5_k_off_d;  // d, then dmin

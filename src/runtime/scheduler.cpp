@@ -144,6 +144,32 @@ void lane_scheduler::learn_step_cost(size_t n_decodes, int64_t n_prompt_tokens, 
     if (prompt_pos < k_fresh_prompt_positions) prompt_budget_tokens_ = w.budget_tokens;
 }
 
+bool lane_scheduler::fragmented(size_t n_ready, int32_t n_decoding) const {
+    if (options_.micro_batches <= 1) return false;
+    const size_t cap = (static_cast<size_t>(n_decoding) + options_.micro_batches - 1) / options_.micro_batches;
+    if (n_ready >= cap) return false;
+    // The steps in flight: those of the last few steps whose lanes have not all handed in
+    // their next token (a lane whose client stalls falls behind them and is not waited for).
+    const uint64_t recent = next_step_ > 2 * static_cast<uint64_t>(options_.micro_batches) + 1
+                                ? next_step_ - 2 * static_cast<uint64_t>(options_.micro_batches) - 1
+                                : 1;
+    std::vector<uint64_t> in_flight;
+    for (const lane_work & w : lanes_) {
+        if (!w.decoding || w.last_step < recent || !(w.kind == work_kind::none || w.done)) continue;
+        if (std::find(in_flight.begin(), in_flight.end(), w.last_step) == in_flight.end()) in_flight.push_back(w.last_step);
+    }
+    // The ready lanes make one more group. More groups than micro-batches (3 + 3 + 2 lanes
+    // for 2) would keep a short step every round for good: the ready lanes wait for the
+    // oldest group in flight, the step takes as many as it may, and the lanes left over
+    // join the next group the same way (3 + 3 + 2 becomes 4 + 4 in two steps).
+    return in_flight.size() + 1 > static_cast<size_t>(options_.micro_batches);
+}
+
+std::chrono::microseconds lane_scheduler::merge_wait() const {
+    const auto step = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(2.0 * decode_only_step_s_));
+    return std::max(options_.gather, step);
+}
+
 std::vector<step_item> lane_scheduler::form_step(sched_clock::time_point & wait_until) {
     wait_until = sched_clock::time_point::max();
     std::vector<size_t> decodes, prefills;
@@ -196,6 +222,10 @@ std::vector<step_item> lane_scheduler::form_step(sched_clock::time_point & wait_
         if (wait_head || wait_last) {
             wait_until = wait_head && wait_last ? std::max(head_deadline, last_deadline)
                                                 : (wait_head ? head_deadline : last_deadline);
+            return {};
+        }
+        if (const auto merge_deadline = head.ready_at + merge_wait(); now < merge_deadline && fragmented(decodes.size(), n_decoding)) {
+            wait_until = merge_deadline;
             return {};
         }
     } else if (wait_last) {

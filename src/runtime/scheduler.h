@@ -22,7 +22,8 @@
 //     not slip in ahead of them);
 //   - with micro_batches > 1 (stages in separate processes) the decoding lanes are
 //     spread over that many steps, so that each stage works on one step while the
-//     next stage runs another.
+//     next stage runs another; when they have fallen into more groups than that, a
+//     short step waits for the next group back to merge with it (fragmented below).
 //
 // Exactness does not depend on any of this: a row is the same in any step (step.h).
 #pragma once
@@ -119,6 +120,14 @@ private:
     // is when to look again (gathering), or max() to wait for work.
     std::vector<step_item> form_step(std::chrono::steady_clock::time_point & wait_until);
     status wait_done(std::unique_lock<std::mutex> & lock, int32_t lane);
+    // With micro-batches: n_ready decodes would make a short step and the decoding lanes
+    // are in more groups (steps in flight) than micro-batches. Then the step waits for
+    // the next group back (up to merge_wait), as a step waits a moment for its previous
+    // step's lanes with one micro-batch: else lanes that once fell into an extra group
+    // (prompts ending at different times, a token back late) keep it for good, and some
+    // step runs short every round.
+    bool fragmented(size_t n_ready, int32_t n_decoding) const;
+    std::chrono::microseconds merge_wait() const;
 
     // After a step: updates the decode-only step time and the prompt budget.
     // The prompt tokens w's next chunk may take beside decodes: its own learnt size,

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -451,6 +452,49 @@ TEST(lane_scheduler, DecodingLanesThatStartedApartShareOneStep) {
     EXPECT_EQ(total, n_lanes * n_decodes) << "every decode ran once";
     // Split for good, no step would hold all eight; merged, nearly all do.
     EXPECT_GE(whole, n_decodes - 5) << "steps: " << steps.size();
+}
+
+// Two micro-batches (two stages, each working on one step while the other runs the
+// next): eight lanes that start in three groups (3, 3 and 2, as when prompts end at
+// different times) end up in two steps of four, not in three short steps for good. The
+// step here stands for stage 0 (4 ms); each lane's token comes back 10 ms after its
+// step (the rest of the chain), so the groups return one at a time.
+TEST(lane_scheduler, MicroBatchesMergeLanesThatStartedInMoreGroups) {
+    recording_step rec;
+    scheduler_options o;
+    o.micro_batches = 2;
+    o.gather = std::chrono::milliseconds(1);
+    constexpr int32_t n_lanes = 8;
+    constexpr int n_decodes = 40;
+    lane_scheduler sched(n_lanes, o, [&](std::span<step_item> items) { rec(items); });
+    auto decode_lane = [&](int32_t lane) {
+        for (int64_t pos = 0; pos < n_decodes; ++pos) {
+            ASSERT_TRUE(sched.decode(lane, pos, 1).is_ok());
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        sched.end(lane);
+    };
+    std::vector<std::thread> lanes;
+    for (int32_t lane = 0; lane < n_lanes; ++lane) {
+        if (lane == 3 || lane == 6) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        lanes.emplace_back(decode_lane, lane);
+    }
+    for (auto & t : lanes) t.join();
+    sched.stop();
+
+    int total = 0, of_four = 0;
+    const auto steps = rec.steps();
+    std::string sizes;
+    for (const step_record & r : steps) {
+        total += r.n_decodes;
+        if (r.n_decodes == 4) ++of_four;
+        sizes += std::to_string(r.n_decodes) + " ";
+    }
+    EXPECT_EQ(total, n_lanes * n_decodes) << "every decode ran once";
+    // Perfectly merged: 80 steps of four. In three groups for good: about 120 steps of
+    // 3, 3 and 2.
+    EXPECT_GE(of_four, 60) << "steps: " << sizes;
+    EXPECT_LE(steps.size(), 95u) << "steps: " << sizes;
 }
 
 // With nobody decoding, a prompt takes its own chunk size, whatever the budget.

@@ -93,6 +93,7 @@ struct split_plan_options {
     int32_t     stages = 2;
     int32_t     base_port = 7100;
     std::string host = "127.0.0.1";
+    std::string balance = "bytes";
 };
 
 int run_split_plan(const split_plan_options & o) {
@@ -107,13 +108,14 @@ int run_split_plan(const split_plan_options & o) {
     if (ec) return fail(make_error(error_code::invalid_argument, "cannot resolve " + o.model_path + ": " + ec.message()));
     auto topo = transport::even_split(model_path, hp->n_layer, o.stages, o.host, static_cast<uint16_t>(o.base_port));
     if (!topo.is_ok()) return fail(topo.error());
-    auto split = plan_layer_split(**file, hp->n_layer, o.stages);
+    auto split = plan_layer_split(**file, hp->n_layer, o.stages, o.balance == "compute" ? split_balance::compute : split_balance::weight_bytes);
     if (!split.is_ok()) return fail(split.error());
     for (size_t i = 0; i < topo->stages.size(); ++i) topo->stages[i].layers = split->stages[i];
     // The topology parser ignores keys it does not know: the plan says how it was cut.
     nlohmann::json j = nlohmann::json::parse(topo->to_json());
-    j["split"] = split->by_bytes ? "weight_bytes" : "layers";
+    j["split"] = split->by_compute ? "compute" : split->by_bytes ? "weight_bytes" : "layers";
     j["stage_weight_bytes"] = split->stage_bytes;
+    j["stage_multiply_adds_per_token"] = split->stage_multiply_adds;
     std::printf("%s\n", j.dump().c_str());
     return 0;
 }
@@ -137,6 +139,11 @@ void add_stage_commands(CLI::App & app, command_runner & run) {
     add_number(plan, "--stages", p->stages, "Number of stages", 1, 64)->required();
     add_number(plan, "--base-port", p->base_port, "Port of stage 0; stage i listens on base + i", 1, 65535)->capture_default_str();
     plan->add_option("--host", p->host, "Host of every endpoint")->capture_default_str();
+    plan->add_option("--balance", p->balance,
+                     "What the stages balance: bytes (weight bytes, what each stage holds and a decode step reads) or compute "
+                     "(multiply-adds per token, for steps of several lanes bound by compute)")
+        ->check(CLI::IsMember({"bytes", "compute"}))
+        ->capture_default_str();
     plan->callback([&run, p] { run = [p] { return run_split_plan(*p); }; });
 }
 

@@ -1,10 +1,18 @@
 // How `skippy split-plan` cuts a model's layers into stages (docs/transport.md).
 //
-// Layers of equal weight bytes are split evenly by count (the first stages take the
-// remainder). When layers differ (mixtures of experts with dense layers, quantization
-// mixes giving some layers more bits), stages are balanced by bytes of weights
-// instead: the contiguous split whose heaviest stage (its layers' tensors, the last
-// stage also its output norm and head) is lightest.
+// By weight bytes (the default, split_balance::weight_bytes): layers of equal weight
+// bytes are split evenly by count (the first stages take the remainder). When layers
+// differ (mixtures of experts with dense layers, quantization mixes giving some layers
+// more bits), stages are balanced by bytes of weights instead: the contiguous split
+// whose heaviest stage (its layers' tensors, the last stage also its output norm and
+// head) is lightest. Bytes are what a stage must hold, and what a decode step reads.
+//
+// By compute (split_balance::compute): the contiguous split whose heaviest stage has
+// the fewest multiply-adds per token: a tensor's elements (an expert tensor's times
+// n_expert_used / n_expert; the token embedding none, it is a lookup, unless it is
+// also the head). Where a step is bound by compute rather than by reading weights
+// (several lanes per step on a small model), a head of more bits per weight costs
+// less per byte than the layers, and bytes put too many layers on the first stage.
 #pragma once
 
 #include "base/status.h"
@@ -15,13 +23,18 @@
 
 namespace skippy {
 
+enum class split_balance { weight_bytes, compute };
+
 struct layer_split {
     std::vector<layer_range> stages;       // tile [0, n_layer) in order, none empty
     std::vector<int64_t>     stage_bytes;  // weight bytes each stage binds (head on the last)
-    bool                     by_bytes = false;  // false: layers are even, split by count
+    std::vector<int64_t>     stage_multiply_adds;  // per token (expert tensors at their share)
+    bool                     by_bytes = false;  // weight_bytes with uneven layers
+    bool                     by_compute = false;  // split_balance::compute
 };
 
 // REQUIRES: nothing. Errors: n_stages outside [1, n_layer] (invalid_argument).
-result<layer_split> plan_layer_split(const gguf::file & f, int32_t n_layer, int32_t n_stages);
+result<layer_split> plan_layer_split(const gguf::file & f, int32_t n_layer, int32_t n_stages,
+                                     split_balance balance = split_balance::weight_bytes);
 
 }  // namespace skippy

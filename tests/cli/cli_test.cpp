@@ -411,6 +411,20 @@ TEST_F(cli, SplitPlanTilesTheLayersWithAnAbsoluteModelPath) {
         EXPECT_EQ(st["endpoint"], "127.0.0.1:" + std::to_string(port + static_cast<int>(i)));
     }
     EXPECT_EQ(next, 2) << "the tiny model has 2 layers";
+    EXPECT_EQ(plan["split"], "layers") << r.out;
+    ASSERT_EQ(plan["stage_multiply_adds_per_token"].size(), 2u) << r.out;
+
+    // --balance compute says so and reports the stages' multiply-adds; anything else is
+    // refused.
+    auto compute = skippy({"split-plan", "-m", relative, "--stages", "2", "--balance", "compute"});
+    ASSERT_EQ(compute.exit_code, 0) << compute.err;
+    const auto by_compute = nlohmann::json::parse(compute.out);
+    EXPECT_EQ(by_compute["split"], "compute") << compute.out;
+    ASSERT_EQ(by_compute["stage_multiply_adds_per_token"].size(), 2u) << compute.out;
+    for (const auto & m : by_compute["stage_multiply_adds_per_token"]) EXPECT_GT(m.get<int64_t>(), 0) << compute.out;
+    auto bad = skippy({"split-plan", "-m", relative, "--stages", "2", "--balance", "flops"});
+    EXPECT_NE(bad.exit_code, 0);
+    EXPECT_NE(bad.err.find("--balance"), std::string::npos) << bad.err;
 
     // A one-stage plan saved elsewhere runs with no other process: the model is found.
     const std::string elsewhere = make_temp_dir("cli_plan");

@@ -343,5 +343,50 @@ TEST(split_plan, EvenLayersSplitByCountUnevenOnesByBytes) {
     EXPECT_FALSE(plan_layer_split(*heavy, 5, 6).is_ok()) << "more stages than layers";
 }
 
+// Balanced by compute, a stage counts multiply-adds per token (elements), not bytes: 6
+// layers of 64 Q8_0 weights (68 bytes each) and an F32 head of 128 (512 bytes, two
+// layers' work). By bytes the equal layers split 3 + 3 (the second stage holding the
+// head: 5 layers' work against 3); by compute 4 + 2, 4 layers' work each. An expert
+// tensor counts its top-k share: layer 0's 256 expert weights with 2 of 8 experts used
+// are 64 multiply-adds.
+TEST(split_plan, ByComputeCountsMultiplyAddsPerToken) {
+    auto layers = [](bool experts) {
+        gguf::writer w;
+        w.set("general.architecture", gguf::value::make_string("test"));
+        if (experts) {
+            w.set("test.expert_count", gguf::value::make_u32(8));
+            w.set("test.expert_used_count", gguf::value::make_u32(2));
+        }
+        for (int il = 0; il < 6; ++il) {
+            w.add_tensor("blk." + std::to_string(il) + ".w.weight", {64}, tensor_type::q8_0, std::vector<uint8_t>(2 * 34));  // 2 Q8_0 blocks
+        }
+        if (experts) w.add_tensor("blk.0.ffn_up_exps.weight", {32, 2, 4}, tensor_type::f32, std::vector<uint8_t>(256 * 4));
+        w.add_tensor("output.weight", {128}, tensor_type::f32, std::vector<uint8_t>(128 * 4));
+        return parse(w);
+    };
+    auto f = layers(false);
+    auto by_bytes = plan_layer_split(*f, 6, 2);
+    ASSERT_TRUE(by_bytes.is_ok());
+    EXPECT_FALSE(by_bytes->by_compute);
+    EXPECT_EQ(by_bytes->stages[0].end, 3);
+    EXPECT_EQ(by_bytes->stage_multiply_adds, (std::vector<int64_t>{192, 320}));
+    auto by_compute = plan_layer_split(*f, 6, 2, split_balance::compute);
+    ASSERT_TRUE(by_compute.is_ok());
+    EXPECT_TRUE(by_compute->by_compute);
+    EXPECT_EQ(by_compute->stages[0].end, 4);
+    EXPECT_EQ(by_compute->stage_multiply_adds, (std::vector<int64_t>{256, 256}));
+    EXPECT_EQ(by_compute->stage_bytes, (std::vector<int64_t>{4 * 68, 2 * 68 + 512}));
+
+    auto moe = layers(true);
+    auto split = plan_layer_split(*moe, 6, 2, split_balance::compute);
+    ASSERT_TRUE(split.is_ok());
+    ASSERT_EQ(split->stage_multiply_adds.size(), 2u);
+    EXPECT_EQ(split->stage_multiply_adds[0] + split->stage_multiply_adds[1], 6 * 64 + 64 + 128);
+    // Layer 0 weighs 128, the head 128: [0, 3) + [3, 6) and [0, 4) + [4, 6) both have a
+    // heaviest stage of 320; the last stage takes what fits.
+    EXPECT_EQ(split->stages[0].end, 3);
+    EXPECT_EQ(split->stage_multiply_adds, (std::vector<int64_t>{256, 320}));
+}
+
 }  // namespace
 }  // namespace skippy::testing

@@ -139,23 +139,23 @@ inline void f16_ending_scales(__m512i words, __m512 & d, __m512 & dmin) {
 // nibbles), q[2h + 1] = the 32 values after each (high nibbles); so the 128-bit lanes
 // of q[2h + g] belong to sub-blocks 4h + g (twice) and 4h + g + 2 (twice).
 //
-// From two tokens on, the mins' term imin = sum_j m_j * s_j (s_j: the token's sum over
-// sub-block j, bsums 2j and 2j + 1 added) is formed for 16 rows at once, not per row:
-// sub_sums holds the s_j as int16 pairs (dword k = s_2k, s_2k+1; |s_j| <= 32 * 128 <
-// 2^15), and each row leaves its 8 mins as bytes (k4_mins16). Per row and token that
-// leaves only the products (4 vpmaddubsw, 4 vpdpwssd), where a per-row imin cost a
-// vpmaddwd and the fold of isum into half the lanes besides. BM_matmul, one thread,
-// Zen 4, 2816x1024, old and new interleaved: Q4_K 4 tokens 0.171-0.172 ms against
+// That order serves one token (k4_row_decode). From two tokens on, a batched decode
+// step takes k4_dot_row_decode's order (dq, below) and the mins' term imin = sum_j m_j
+// * s_j (s_j: the token's sum over sub-block j, bsums 2j and 2j + 1 added) is formed for
+// 16 rows at once, not per row: sub_sums holds the s_j as int16 pairs (dword k = s_2k,
+// s_2k+1; |s_j| <= 32 * 128 < 2^15), and each row leaves its 8 mins as bytes
+// (k4_mins16). Per row and token a vpmaddwd of the mins with the bsums and the fold of
+// isum into half the vector are gone. BM_matmul, one thread, Zen 4, 2816x1024, the
+// build before and after interleaved: Q4_K 4 tokens 0.171-0.172 ms against
 // 0.176-0.201, 6 tokens 0.221-0.234 against 0.271-0.276; Q5_K 4 tokens 0.186-0.202
-// against 0.212-0.220. One token keeps the per-row imin (as
-// min_decode_x): there the 16 rows' extra work cost more than it saved where rows are
-// short (Q4_K 2816x1024 0.088-0.089 ms against 0.073-0.078; 1024x2816 gained, 0.074-
-// 0.077 against 0.083-0.085).
+// against 0.212-0.220. One token keeps the per-row imin: there the 16 rows' extra work
+// cost more than it saved where rows are short (Q4_K 2816x1024 0.088-0.089 ms against
+// 0.073-0.078; 1024x2816 gained, 0.074-0.077 against 0.083-0.085).
 constexpr int k4_split_mins_from = 2;
 
 struct k4_decode_x {
     __m512i q[4];
-    __m512i dq[4];  // k4_dot_row_decode's order (Q4_K)
+    __m512i dq[4];  // k4_dot_row_decode's order
     __m256i bsums;
     alignas(16) int32_t sub_sums[4];
 };
@@ -198,12 +198,13 @@ inline constexpr k4_dot_index k_k4_dot_index = [] {
     _mm_store_si128(reinterpret_cast<__m128i *>(xd.sub_sums), _mm_packs_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1)));
 }
 
-// Codes (pairs within 2 * 31 * 128) and multipliers (each lane's sub-block scale) for
-// scaled_products; m8 gets the row's mins. Below k4_split_mins_from tokens, out is
-// min_decode_x's [isum | imin] instead, the mins duplicated per 16 values. With High
-// (Q5_K), the fifth bits from qh (broadcast to both halves) are added where vptestmb
-// finds them: vector 2h + g's halves take bits 4h + g and 4h + g + 2.
+// Below k4_split_mins_from tokens: codes (pairs within 2 * 31 * 128) and multipliers
+// (each lane's sub-block scale) for scaled_products, and out as min_decode_x's [isum |
+// imin], the mins duplicated per 16 values; m8 gets the row's mins. With High (Q5_K),
+// the fifth bits from qh (broadcast to both halves) are added where vptestmb finds
+// them: vector 2h + g's halves take bits 4h + g and 4h + g + 2.
 template <int NT, bool High>
+    requires(NT < k4_split_mins_from)
 [[gnu::always_inline]] inline void k4_row_decode(const uint8_t * scales, const uint8_t * qs, const uint8_t * qh,
                                                  const k4_decode_x * xd, __m512i * out, uint64_t & m8) {
     uint64_t sc8;
@@ -226,20 +227,16 @@ template <int NT, bool High>
             mult[2 * h + g] = _mm512_shuffle_epi8(sc, pick_words(j, j, j + 2, j + 2));
         }
     }
-    if constexpr (NT >= k4_split_mins_from) {
-        #pragma GCC unroll 4
-        for (int i = 0; i < NT; ++i) out[i] = scaled_products(_mm512_setzero_si512(), c, mult, xd[i].q);
-    } else {
-        const __m128i m8v = _mm_cvtsi64_si128(static_cast<int64_t>(m8));
-        const __m256i m = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8v, m8v));
-        #pragma GCC unroll 4
-        for (int i = 0; i < NT; ++i) {
-            out[i] = isum_imin(scaled_products(_mm512_setzero_si512(), c, mult, xd[i].q), _mm256_madd_epi16(xd[i].bsums, m));
-        }
+    const __m128i m8v = _mm_cvtsi64_si128(static_cast<int64_t>(m8));
+    const __m256i m = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8v, m8v));
+    #pragma GCC unroll 4
+    for (int i = 0; i < NT; ++i) {
+        out[i] = isum_imin(scaled_products(_mm512_setzero_si512(), c, mult, xd[i].q), _mm256_madd_epi16(xd[i].bsums, m));
     }
 }
 
-// Q4_K's and Q5_K's row sums from two tokens on, with vpdpbusd: the codes and the
+// Q4_K's and Q5_K's row sums from k4_split_mins_from tokens on (16 isum partials; m8
+// gets the row's mins for k4_mins16), with vpdpbusd: the codes and the
 // activation in an order where qword Q of every vector holds values of sub-block Q
 // (k4_dot_index), so that vpdpbusd adds into lanes that each stay within one sub-block,
 // and a vpmaddwd by the lanes' scales (int16, high halves 0) gives the scaled partials.
@@ -252,6 +249,7 @@ template <int NT, bool High>
 // ms against 0.162-0.167, 1024x2816 0.153-0.161 against 0.168-0.171; Q5_K 0.165-0.180
 // against 0.184-0.191; 6 tokens even or a little faster; one token keeps k4_row_decode.
 template <int NT, bool High>
+    requires(NT >= k4_split_mins_from)
 [[gnu::always_inline]] inline void k4_dot_row_decode(const uint8_t * scales, const uint8_t * qs, const uint8_t * qh,
                                                      const k4_decode_x * xd, __m512i * out, uint64_t & m8) {
     uint64_t sc8;

@@ -54,7 +54,8 @@ struct q5_k_format {
     // Decode (superblock_kernel::rows16; avx512_superblock.h's k4_row_decode).
     using decode_x = k4_decode_x;
     static constexpr int split_mins_from = k4_split_mins_from;
-    [[gnu::always_inline]] static void x_decode(const uint8_t * xb, decode_x & xd) { k4_x_decode(xb, xd); }
+    template <int NT>
+    [[gnu::always_inline]] static void x_decode(const uint8_t * xb, decode_x & xd) { k4_x_decode<NT>(xb, xd); }
     template <int NT>
     [[gnu::always_inline]] static void row_decode(const uint8_t * wb, const decode_x * xd, __m512i * out, uint64_t & m8) {
         if constexpr (NT >= k4_split_mins_from) {

@@ -31,10 +31,11 @@
 //   void row_decode<NT>(wb, const decode_x[NT], __m512i out[NT])   one row's integer
 //                 sums per token: with mins, isum partials in lanes 0-7 and imin
 //                 partials in lanes 8-15; without, 16 isum partials
-//   split_mins_from  optional (formats with 8 mins of 6 bits: Q4_K, Q5_K): the hook is
-//                 row_decode<NT>(wb, xd, out, uint64_t & m8), m8 the row's 8 mins as
-//                 bytes, and from this many tokens on, out holds 16 isum partials and
-//                 rows16 forms imin for its 16 rows at once (k4_decode_x, k4_mins16)
+//   split_mins_from  optional (formats with 8 mins of 6 bits: Q4_K, Q5_K): the hooks
+//                 are x_decode<NT>(xb, xd) and row_decode<NT>(wb, xd, out, uint64_t &
+//                 m8), m8 the row's 8 mins as bytes, and from this many tokens on, out
+//                 holds 16 isum partials and rows16 forms imin for its 16 rows at once
+//                 (k4_decode_x, k4_mins16)
 //   off_scale     where in a block the 4 bytes holding d (and dmin) start
 //   void scales16(words, d, dmin)   16 such dwords (one per row) to d_w and dmin_w
 //
@@ -179,23 +180,29 @@ inline constexpr k4_dot_index k_k4_dot_index = [] {
     return t;
 }();
 
+// What each form reads: one token q and bsums, more tokens dq and sub_sums.
+template <int NT>
 [[gnu::always_inline]] inline void k4_x_decode(const uint8_t * xb, k4_decode_x & xd) {
     const uint8_t * q = xb + q8_k_off_qs;
-    #pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-        xd.q[2 * h] = join_256(q + 128 * h, q + 128 * h + 64);
-        xd.q[2 * h + 1] = join_256(q + 128 * h + 32, q + 128 * h + 96);
-    }
-    const __m512i x0 = loadu_512(q), x1 = loadu_512(q + 64), x2 = loadu_512(q + 128), x3 = loadu_512(q + 192);
-    #pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) {
-        const __m512i index = _mm512_load_si512(k_k4_dot_index.x[v]);
-        const __m512i hi = _mm512_permutex2var_epi64(x2, index, x3);
-        xd.dq[v] = _mm512_inserti64x4(_mm512_permutex2var_epi64(x0, index, x1), _mm512_castsi512_si256(hi), 1);
-    }
     xd.bsums = loadu_256(xb + q8_k_off_bsums);
-    const __m256i s = _mm256_madd_epi16(xd.bsums, _mm256_set1_epi16(1));
-    _mm_store_si128(reinterpret_cast<__m128i *>(xd.sub_sums), _mm_packs_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1)));
+    if constexpr (NT < k4_split_mins_from) {
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+            xd.q[2 * h] = join_256(q + 128 * h, q + 128 * h + 64);
+            xd.q[2 * h + 1] = join_256(q + 128 * h + 32, q + 128 * h + 96);
+        }
+    } else {
+        const __m512i x0 = loadu_512(q), x1 = loadu_512(q + 64), x2 = loadu_512(q + 128), x3 = loadu_512(q + 192);
+        #pragma GCC unroll 4
+        for (int v = 0; v < 4; ++v) {
+            const __m512i index = _mm512_load_si512(k_k4_dot_index.x[v]);
+            const __m512i hi = _mm512_permutex2var_epi64(x2, index, x3);
+            xd.dq[v] = _mm512_inserti64x4(_mm512_permutex2var_epi64(x0, index, x1), _mm512_castsi512_si256(hi), 1);
+        }
+        const __m256i s = _mm256_madd_epi16(xd.bsums, _mm256_set1_epi16(1));
+        _mm_store_si128(reinterpret_cast<__m128i *>(xd.sub_sums),
+                        _mm_packs_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1)));
+    }
 }
 
 // Below k4_split_mins_from tokens: codes (pairs within 2 * 31 * 128) and multipliers
@@ -588,7 +595,13 @@ struct superblock_kernel {
             typename W::decode_x xd[NT];
             qword_collector16 mins;
             #pragma GCC unroll 4
-            for (int i = 0; i < NT; ++i) W::x_decode(x[i] + b * xbb, xd[i]);
+            for (int i = 0; i < NT; ++i) {
+                if constexpr (has_split_mins) {
+                    W::template x_decode<NT>(x[i] + b * xbb, xd[i]);
+                } else {
+                    W::x_decode(x[i] + b * xbb, xd[i]);
+                }
+            }
             const int64_t off = b * static_cast<int64_t>(wbb);
             dword_collector16 scale;
             reduce16_pairs red[NT];

@@ -108,7 +108,8 @@ int run_split_plan(const split_plan_options & o) {
     if (ec) return fail(make_error(error_code::invalid_argument, "cannot resolve " + o.model_path + ": " + ec.message()));
     auto topo = transport::even_split(model_path, hp->n_layer, o.stages, o.host, static_cast<uint16_t>(o.base_port));
     if (!topo.is_ok()) return fail(topo.error());
-    auto split = plan_layer_split(**file, hp->n_layer, o.stages, o.balance == "compute" ? split_balance::compute : split_balance::weight_bytes);
+    const split_balance balance = o.balance == "compute" ? split_balance::compute : split_balance::weight_bytes;
+    auto split = plan_layer_split(**file, hp->n_layer, o.stages, balance);
     if (!split.is_ok()) return fail(split.error());
     for (size_t i = 0; i < topo->stages.size(); ++i) topo->stages[i].layers = split->stages[i];
     // The topology parser ignores keys it does not know: the plan says how it was cut.

@@ -6,24 +6,24 @@
 namespace skippy {
 namespace {
 
-// From the last layer backwards, each stage takes layers while it stays within `cap`
-// bytes, and closes early when the layers left are only enough for one per stage still
+// From the last layer backwards, each stage takes layers while its cost (the layers'
+// `layer_cost`, the last stage's also `head`) stays within `cap`, and closes early when the layers left are only enough for one per stage still
 // to open. Empty result: `cap` cannot be met with n_stages stages.
-std::vector<layer_range> cut_within(const std::vector<int64_t> & bytes, int64_t head, int32_t n_stages, int64_t cap) {
-    const int32_t n_layer = static_cast<int32_t>(bytes.size());
+std::vector<layer_range> cut_within(const std::vector<int64_t> & layer_cost, int64_t head, int32_t n_stages, int64_t cap) {
+    const int32_t n_layer = static_cast<int32_t>(layer_cost.size());
     std::vector<layer_range> out;
     int32_t end = n_layer, stages_left = n_stages;
     int64_t cost = head;
     for (int32_t il = n_layer - 1; il >= 0; --il) {
         const bool nonempty = end > il + 1;
-        if (nonempty && (cost + bytes[static_cast<size_t>(il)] > cap || il + 1 == stages_left - 1)) {
+        if (nonempty && (cost + layer_cost[static_cast<size_t>(il)] > cap || il + 1 == stages_left - 1)) {
             if (stages_left == 1) return {};
             out.push_back({il + 1, end});
             end = il + 1;
             --stages_left;
             cost = 0;
         }
-        cost += bytes[static_cast<size_t>(il)];
+        cost += layer_cost[static_cast<size_t>(il)];
         if (cost > cap) return {};
     }
     if (stages_left != 1) return {};

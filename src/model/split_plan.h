@@ -10,9 +10,9 @@
 // By compute (split_balance::compute): the contiguous split whose heaviest stage has
 // the fewest multiply-adds per token: a tensor's elements (an expert tensor's times
 // n_expert_used / n_expert; the token embedding none, it is a lookup, unless it is
-// also the head). Where a step is bound by compute rather than by reading weights
-// (several lanes per step on a small model), a head of more bits per weight costs
-// less per byte than the layers, and bytes put too many layers on the first stage.
+// also the head). For steps bound by compute rather than by reading weights (several
+// lanes per step on a small model), where a head of more bits per weight costs less
+// per byte than the layers (docs/transport.md has what it measured).
 #pragma once
 
 #include "base/status.h"

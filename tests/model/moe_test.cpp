@@ -358,7 +358,8 @@ TEST(split_plan, ByComputeCountsMultiplyAddsPerToken) {
             w.set("test.expert_used_count", gguf::value::make_u32(2));
         }
         for (int il = 0; il < 6; ++il) {
-            w.add_tensor("blk." + std::to_string(il) + ".w.weight", {64}, tensor_type::q8_0, std::vector<uint8_t>(2 * 34));  // 2 Q8_0 blocks
+            // Two Q8_0 blocks of 34 bytes.
+            w.add_tensor("blk." + std::to_string(il) + ".w.weight", {64}, tensor_type::q8_0, std::vector<uint8_t>(2 * 34));
         }
         if (experts) w.add_tensor("blk.0.ffn_up_exps.weight", {32, 2, 4}, tensor_type::f32, std::vector<uint8_t>(256 * 4));
         w.add_tensor("output.weight", {128}, tensor_type::f32, std::vector<uint8_t>(128 * 4));

@@ -92,14 +92,40 @@ export function havePromtool() {
   return spawnSync('promtool', ['--version']).status === 0;
 }
 
-// A TCP port free on 127.0.0.1 right now (the OS picks it; closed again before return).
-export async function freePort() {
+// n distinct TCP ports free on 127.0.0.1 right now (closed again before return). As
+// tests/common/test_data.cpp's free_port(): random ports below the kernel's ephemeral
+// range, where no bind(0) or outgoing connection of a test running beside this one
+// can take them first; and all n are held open at once while they are picked (one
+// probe after another may get the same port back: a CI run failed on "endpoint
+// 127.0.0.1:45473 is used twice").
+export async function freePorts(n) {
   const { createServer } = await import('node:net');
-  const srv = createServer();
-  await new Promise((resolve, reject) => srv.listen(0, '127.0.0.1', resolve).on('error', reject));
-  const { port } = srv.address();
-  await new Promise((resolve) => srv.close(resolve));
-  return port;
+  const { readFileSync } = await import('node:fs');
+  let rangeStart = 32768;
+  try {
+    rangeStart = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]) || rangeStart;
+  } catch {
+    // not Linux: the default
+  }
+  const lowest = 10000;
+  const listen = (port) => new Promise((resolve) => {
+    const srv = createServer();
+    srv.once('error', () => resolve(null));
+    srv.listen(port, '127.0.0.1', () => resolve(srv));
+  });
+  const servers = [];
+  try {
+    for (let attempt = 0; servers.length < n && attempt < 100 * n; ++attempt) {
+      const random = rangeStart > lowest + 1000 && attempt < 99 * n;
+      const port = random ? lowest + Math.floor(Math.random() * (rangeStart - lowest)) : 0;
+      const srv = await listen(port);
+      if (srv !== null) servers.push(srv);
+    }
+    if (servers.length < n) throw new Error(`found ${servers.length} of ${n} free ports`);
+    return servers.map((srv) => srv.address().port);
+  } finally {
+    await Promise.all(servers.map((srv) => new Promise((resolve) => srv.close(resolve))));
+  }
 }
 
 // Starts `skippy serve-stage --topology T --stage I` (extra flags in `args`); resolves

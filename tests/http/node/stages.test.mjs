@@ -8,7 +8,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startServer, startStage, freePort, parseMetrics, promtoolCheck, assertErrorBody } from './harness.mjs';
+import { startServer, startStage, freePorts, parseMetrics, promtoolCheck, assertErrorBody } from './harness.mjs';
 
 const flags = ['--lanes', '2', '-c', '1024'];
 // A prefix long enough for the cache (--kv-cache-min-tokens) whatever the question.
@@ -94,11 +94,12 @@ test('serve --topology with a serve-stage process answers; the stage serves its 
     assert.equal(plan.status, 0, plan.stderr);
     const topo = JSON.parse(plan.stdout);
     assert.equal(topo.stages.length, 2);
-    for (const s of topo.stages) s.endpoint = `127.0.0.1:${await freePort()}`;
+    const ports = await freePorts(topo.stages.length + 1);
+    topo.stages.forEach((s, i) => { s.endpoint = `127.0.0.1:${ports[i]}`; });
     const topoPath = join(dir, 'topology.json');
     writeFileSync(topoPath, JSON.stringify(topo));
 
-    const metricsPort = await freePort();
+    const metricsPort = ports[topo.stages.length];
     stage = await startStage(topoPath, 1, ['--lanes', '2', '-c', '1024', '--metrics-port', String(metricsPort)],
       /metrics on (http:\/\/127\.0\.0\.1:\d+)\/metrics/);
     const stageMetricsUrl = `${stage.match[1]}/metrics`;

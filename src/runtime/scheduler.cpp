@@ -144,10 +144,13 @@ void lane_scheduler::learn_step_cost(size_t n_decodes, int64_t n_prompt_tokens, 
     if (prompt_pos < k_fresh_prompt_positions) prompt_budget_tokens_ = w.budget_tokens;
 }
 
-bool lane_scheduler::fragmented(size_t n_ready, int32_t n_decoding) const {
-    if (options_.micro_batches <= 1) return false;
+size_t lane_scheduler::micro_batch_lanes(int32_t n_decoding) const {
     const size_t cap = (static_cast<size_t>(n_decoding) + options_.micro_batches - 1) / options_.micro_batches;
-    if (n_ready >= cap) return false;
+    return std::max<size_t>(cap, 1);
+}
+
+bool lane_scheduler::fragmented(size_t n_ready, int32_t n_decoding) const {
+    if (options_.micro_batches <= 1 || n_ready >= micro_batch_lanes(n_decoding)) return false;
     // The steps in flight: those of the last few steps whose lanes have not all handed in
     // their next token (a lane whose client stalls falls behind them and is not waited for).
     const uint64_t recent = next_step_ > 2 * static_cast<uint64_t>(options_.micro_batches) + 1
@@ -237,10 +240,7 @@ std::vector<step_item> lane_scheduler::form_step(sched_clock::time_point & wait_
 
     std::vector<step_item> items;
     size_t n_take = decodes.size();
-    if (options_.micro_batches > 1) {
-        const size_t cap = (static_cast<size_t>(n_decoding) + options_.micro_batches - 1) / options_.micro_batches;
-        n_take = std::min(n_take, std::max<size_t>(cap, 1));
-    }
+    if (options_.micro_batches > 1) n_take = std::min(n_take, micro_batch_lanes(n_decoding));
     for (size_t k = 0; k < n_take; ++k) {
         const size_t i = decodes[k];
         step_item it;

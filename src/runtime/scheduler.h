@@ -127,6 +127,8 @@ private:
     // (prompts ending at different times, a token back late) keep it for good, and some
     // step runs short every round.
     bool fragmented(size_t n_ready, int32_t n_decoding) const;
+    // The most decodes a step takes with micro-batches: n_decoding spread over them (at least 1).
+    size_t micro_batch_lanes(int32_t n_decoding) const;
     std::chrono::microseconds merge_wait() const;
 
     // After a step: updates the decode-only step time and the prompt budget.

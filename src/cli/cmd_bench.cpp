@@ -39,6 +39,7 @@ struct bench_options {
     int32_t     concurrency = 1;
     int32_t     fairness_prompt_tokens = 0;
     int32_t     step_tokens = 0;  // 0: the scheduler's default
+    int32_t     micro_batches = 0;  // 0: the chain's default
     bool        json = false;
 };
 
@@ -314,10 +315,18 @@ int run_concurrent(const bench_options & o) {
     auto co = to_chain_options(rf);
     if (!co.is_ok()) return fail(co.error());
     if (o.step_tokens > 0) co->schedule.step_tokens = o.step_tokens;
+    if (o.micro_batches > 0) co->schedule.micro_batches = o.micro_batches;
     auto made = make_pipeline(*file, o.chain, rf, *co);
     if (!made.is_ok()) return fail(made.error());
     transport::chain_pipeline & pipeline = **made;
     const int32_t n_vocab = pipeline.n_vocab();
+    // Stage 0's steps (lanes per step) so far: the concurrent rounds' share is the difference.
+    const auto stage0_steps = [&pipeline] {
+        const auto snaps = pipeline.stage_snapshots();
+        return snaps.empty() || !snaps[0].steps ? telemetry::histogram_snapshot{} : snaps[0].steps->lanes;
+    };
+    double concurrent_step_lanes = 0;
+    uint64_t concurrent_steps = 0;
 
     nlohmann::json j;
     j["model"] = o.model_path;
@@ -326,6 +335,7 @@ int run_concurrent(const bench_options & o) {
     j["kernels"] = kernels::active_implementation();
     j["stages"] = pipeline.n_stages();
     j["concurrency"] = n;
+    j["micro_batches"] = pipeline.micro_batches();
     j["prompt_tokens"] = o.prompt_tokens;
     j["gen_tokens"] = o.gen_tokens;
     std::vector<double> single_tps, prefill_tps, ttft_ms, aggregate_tps, vs_single, vs_prefill;
@@ -340,8 +350,12 @@ int run_concurrent(const bench_options & o) {
         prefill_tps.push_back(o.prompt_tokens / std::max(1e-9, (*one)[0].first_ms() / 1000.0));
         std::vector<std::vector<token_id>> prompts;
         for (int32_t i = 0; i < n; ++i) prompts.push_back(bench_prompt(o.prompt_tokens, 2000u + static_cast<uint32_t>(r * n + i), n_vocab));
+        const telemetry::histogram_snapshot before = stage0_steps();
         const auto many = run_streams(pipeline, prompts, o.gen_tokens, o.batch_size);
         if (!many.is_ok()) return fail(many.error());
+        const telemetry::histogram_snapshot after = stage0_steps();
+        concurrent_step_lanes += after.sum - before.sum;
+        concurrent_steps += after.count - before.count;
         const auto aggregate = aggregate_decode_tps(*many);
         if (aggregate) {
             aggregate_tps.push_back(*aggregate);
@@ -371,6 +385,10 @@ int run_concurrent(const bench_options & o) {
         j["aggregate_over_single"] = median_or_null(vs_single);
         j["aggregate_over_prefill"] = median_or_null(vs_prefill);
         j["aggregate_rounds"] = static_cast<int32_t>(aggregate_tps.size());
+        // Prompt chunks count as steps too; with micro_batches m no step holds more than
+        // ceil(n / m) decoding lanes.
+        j["concurrent_step_lanes_mean"] =
+            concurrent_steps > 0 ? nlohmann::json(concurrent_step_lanes / static_cast<double>(concurrent_steps)) : nlohmann::json();
         if (rounds_without_overlap > 0) {
             SKIPPY_LOG_WARN("%d of %d rounds had no time when all %d streams decoded at once (no aggregate for them): raise --gen-tokens",
                             rounds_without_overlap, o.repeat, n);
@@ -492,6 +510,11 @@ void add_bench_command(CLI::App & app, command_runner & run) {
                "Also measure the streams' inter-token latency while a prompt of this many tokens is prefilled (0: off)", 0, 1 << 20)
         ->capture_default_str();
     add_number(cmd, "--step-tokens", o->step_tokens, "Tokens per scheduler step while lanes decode (0: the default)", 0, 1 << 20)
+        ->capture_default_str();
+    add_number(cmd, "--micro-batches", o->micro_batches,
+               "Steps in flight the decoding lanes are spread over (0: one per stage of a --topology chain, else 1); on one "
+               "stage, m runs the steps each stage of an m-stage chain runs (n/m lanes)",
+               0, 64)
         ->capture_default_str();
     cmd->add_option("--kv-type", o->kv_type, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
     cmd->add_flag("--json", o->json, "Print one JSON object on one line");

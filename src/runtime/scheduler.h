@@ -95,6 +95,8 @@ public:
     // Ends the thread; calls waiting or made later fail (unavailable).
     void stop();
 
+    const scheduler_options & options() const { return options_; }
+
 private:
     enum class work_kind : uint8_t { none, prefill, decode };
     struct lane_work {

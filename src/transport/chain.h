@@ -72,6 +72,8 @@ public:
     // and records with their stage masks, compute maxima.
     protocol::stats_block last_stats(int32_t lane) const;
     int32_t n_stages() const { return topo_.n_stages(); }
+    // The steps in flight that the decoding lanes are spread over (scheduler_options).
+    int32_t micro_batches() const { return scheduler_->options().micro_batches; }
     stage_cache_host * cache_host() { return cache_.get(); }
     // Blocks until the caches of the stages in this process (stage 0 and in-process
     // stages) have stored every record handed to their workers, so the next request

@@ -374,6 +374,29 @@ TEST_F(cli, BenchConcurrencyReportsAggregateAndFairness) {
     EXPECT_NE(refused.err.find("--gen-tokens 2 or more"), std::string::npos) << refused.err;
 }
 
+// bench --micro-batches m on one stage runs what each stage of an m-stage chain runs:
+// the decoding lanes spread over m steps, none with more than ceil(n / m) lanes (how
+// two stages compare with one, without a second machine: docs/transport.md).
+TEST_F(cli, BenchMicroBatchesCapTheLanesPerStep) {
+    auto r = skippy({"bench", "-m", model_, "--prompt-tokens", "8", "--gen-tokens", "16", "--repeat", "1", "-t", "1", "--concurrency",
+                     "4", "--micro-batches", "2", "--json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["micro_batches"], 2) << r.out;
+    ASSERT_TRUE(j["concurrent_step_lanes_mean"].is_number()) << r.out;
+    EXPECT_GE(j["concurrent_step_lanes_mean"].get<double>(), 1.0) << r.out;
+    EXPECT_LE(j["concurrent_step_lanes_mean"].get<double>(), 2.0) << r.out;
+
+    // The default on one stage is one step in flight.
+    auto one = skippy({"bench", "-m", model_, "--prompt-tokens", "8", "--gen-tokens", "2", "--repeat", "1", "-t", "1", "--concurrency", "2",
+                       "--json"});
+    ASSERT_EQ(one.exit_code, 0) << one.err;
+    EXPECT_EQ(nlohmann::json::parse(one.out)["micro_batches"], 1) << one.out;
+
+    auto refused = skippy({"bench", "-m", model_, "--concurrency", "2", "--micro-batches", "65"});
+    EXPECT_NE(refused.exit_code, 0);
+}
+
 // Streams of one token never all decode at once: no aggregate is measured, and the
 // output says so (null figures, a warning) rather than printing a rate of 0.
 TEST_F(cli, BenchConcurrencyWithoutOverlapSaysSo) {

@@ -512,8 +512,8 @@ void add_bench_command(CLI::App & app, command_runner & run) {
     add_number(cmd, "--step-tokens", o->step_tokens, "Tokens per scheduler step while lanes decode (0: the default)", 0, 1 << 20)
         ->capture_default_str();
     add_number(cmd, "--micro-batches", o->micro_batches,
-               "Steps in flight the decoding lanes are spread over (0: one per stage of a --topology chain, else 1); on one "
-               "stage, m runs the steps each stage of an m-stage chain runs (n/m lanes)",
+               "With --concurrency: steps in flight the decoding lanes are spread over (0: one per stage of a --topology chain, "
+               "else 1); on one stage, m runs the steps each stage of an m-stage chain runs (n/m lanes)",
                0, 64)
         ->capture_default_str();
     cmd->add_option("--kv-type", o->kv_type, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();

@@ -378,7 +378,9 @@ TEST_F(cli, BenchConcurrencyReportsAggregateAndFairness) {
 // the decoding lanes spread over m steps, none with more than ceil(n / m) lanes (how
 // two stages compare with one, without a second machine: docs/transport.md).
 TEST_F(cli, BenchMicroBatchesCapTheLanesPerStep) {
-    auto r = skippy({"bench", "-m", model_, "--prompt-tokens", "8", "--gen-tokens", "16", "--repeat", "1", "-t", "1", "--concurrency",
+    // Prompts of one token: every step is a step of decodes (a prompt's chunks would join
+    // them as lanes of their own). Without the flag the mean is 4.
+    auto r = skippy({"bench", "-m", model_, "--prompt-tokens", "1", "--gen-tokens", "16", "--repeat", "1", "-t", "1", "--concurrency",
                      "4", "--micro-batches", "2", "--json"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const auto j = nlohmann::json::parse(r.out);

@@ -23,8 +23,10 @@ void add_scaled_heads_f16(const float * a, int64_t a_stride, int32_t n_heads, co
 void mul_tile_f16(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
                   int64_t n_tokens, int64_t n, float * y, int64_t y_stride);
 
-// exp_shifted and swiglu of kernels.h (avx512_math.cpp).
+// exp_shifted, exp_shifted_rows and swiglu of kernels.h (avx512_math.cpp).
 void exp_shifted(const float * x, float shift, float * y, int64_t n);
+void exp_shifted_rows(const float * x, int64_t x_stride, const float * shifts, int32_t n_rows, float * y, int64_t y_stride,
+                      int64_t n);
 void swiglu(const float * gate, const float * up, float * out, int64_t n);
 
 // Q8_0 (avx512_q8_0.cpp).

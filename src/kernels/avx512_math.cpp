@@ -46,6 +46,28 @@ void exp_shifted(const float * x, float shift, float * y, int64_t n) {
     }
 }
 
+// Rows in fours, their vectors interleaved: four independent chains of exp_approx.
+void exp_shifted_rows(const float * x, int64_t x_stride, const float * shifts, int32_t n_rows, float * y, int64_t y_stride,
+                      int64_t n) {
+    int32_t r = 0;
+    for (; r + 4 <= n_rows; r += 4) {
+        const float * xr[4] = {x + r * x_stride, x + (r + 1) * x_stride, x + (r + 2) * x_stride, x + (r + 3) * x_stride};
+        float * yr[4] = {y + r * y_stride, y + (r + 1) * y_stride, y + (r + 2) * y_stride, y + (r + 3) * y_stride};
+        __m512 s[4];
+        #pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) s[k] = _mm512_set1_ps(shifts[r + k]);
+        for (int64_t i = 0; i < n; i += 16) {
+            const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff) : tail_mask(n - i);
+            __m512 v[4];
+            #pragma GCC unroll 4
+            for (int k = 0; k < 4; ++k) v[k] = exp_approx(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, xr[k] + i), s[k]));
+            #pragma GCC unroll 4
+            for (int k = 0; k < 4; ++k) _mm512_mask_storeu_ps(yr[k] + i, m, v[k]);
+        }
+    }
+    for (; r < n_rows; ++r) exp_shifted(x + r * x_stride, shifts[r], y + r * y_stride, n);
+}
+
 void swiglu(const float * gate, const float * up, float * out, int64_t n) {
     const __m512 one = _mm512_set1_ps(1.0f);
     auto sixteen = [&](__m512 g, __m512 u) {

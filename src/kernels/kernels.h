@@ -127,6 +127,14 @@ void add_scaled_rows_heads(tensor_type t, const float * a, int64_t a_stride, int
 // attention relies on to skip the call.
 void exp_shifted(const float * x, float shift, float * y, int64_t n);
 
+// exp_shifted of each row r < n_rows with its own shift: y[r * y_stride + i] =
+// exp(x[r * x_stride + i] - shifts[r]) for i < n, the same bits as exp_shifted row by
+// row. The rows' exponentials run side by side (each is a chain of dependent steps; a
+// row of 16 values alone leaves the vector units waiting): attention's query heads.
+// REQUIRES: n_rows >= 0; y is x (same strides) or overlaps neither x nor shifts.
+void exp_shifted_rows(const float * x, int64_t x_stride, const float * shifts, int32_t n_rows, float * y, int64_t y_stride,
+                      int64_t n);
+
 // out[i] = (gate[i] / (1 + exp(-gate[i]))) * up[i] for i < n (SiLU-gated product; out may
 // be gate or up), with exp_shifted's exp; the same bits in every implementation.
 void swiglu(const float * gate, const float * up, float * out, int64_t n);

@@ -240,9 +240,11 @@ void attend_online(const head_group & h) {
             if (c != 1.0f) {
                 for (int32_t i = 0; i < h.hd; ++i) ag[i] *= c;
             }
-            kernels::exp_shifted(sg, new_max, sg, n_keys);  // the keys' weights w_j
             running_max[static_cast<size_t>(g)] = new_max;
         }
+        // The keys' weights w_j, every head's at once (each head's alone is one short
+        // dependent chain).
+        kernels::exp_shifted_rows(scores.data(), h.bt, running_max.data(), h.n_heads, scores.data(), h.bt, n_keys);
         add_weights_in_key_order(scores.data(), h.bt, h.n_heads, n_keys, running_sum.data());
         // acc[i] = acc[i] + w_j * v_j[i] for j in order, each head; the values read once.
         kernels::add_scaled_rows_heads(h.kv_type, scores.data(), h.bt, h.n_heads, vbase, h.row_bytes_kv, n_keys, acc.data(), h.hd,

@@ -596,6 +596,44 @@ TEST(kernels_avx512, ExpAndSwigluEqualTheScalarReference) {
     }
 }
 
+// exp_shifted_rows is exp_shifted row by row, each row with its shift: rows in fours
+// and a rest, tails, strides wider than the rows (the gaps untouched), and in place.
+TEST(kernels_exp, RowsEqualExpShiftedRowByRow) {
+    const auto inputs = exp_inputs();
+    for (int32_t n_rows : {1, 3, 4, 5, 9}) {
+        for (int64_t n : {1, 7, 15, 16, 17, 33}) {
+            const int64_t stride = n + 3;
+            std::vector<float> x(static_cast<size_t>(n_rows * stride)), shifts(static_cast<size_t>(n_rows));
+            for (size_t i = 0; i < x.size(); ++i) x[i] = inputs[(i * 37 + static_cast<size_t>(n)) % inputs.size()];
+            for (int32_t r = 0; r < n_rows; ++r) shifts[static_cast<size_t>(r)] = inputs[(static_cast<size_t>(r) * 101 + 5) % inputs.size()];
+            std::vector<float> reference(x.size(), -7.0f);
+            for (int32_t r = 0; r < n_rows; ++r) scalar::exp_shifted(x.data() + r * stride, shifts[static_cast<size_t>(r)], reference.data() + r * stride, n);
+            const auto check = [&](const std::vector<float> & got, const char * path) {
+                for (int32_t r = 0; r < n_rows; ++r) {
+                    ASSERT_EQ(std::memcmp(reference.data() + r * stride, got.data() + r * stride, static_cast<size_t>(n) * sizeof(float)), 0)
+                        << path << ", rows " << n_rows << ", n " << n << ", row " << r;
+                    for (int64_t i = n; i < stride; ++i) ASSERT_EQ(got[static_cast<size_t>(r * stride + i)], -7.0f) << path << ": wrote in the gap";
+                }
+            };
+            std::vector<float> out(x.size(), -7.0f);
+            scalar::exp_shifted_rows(x.data(), stride, shifts.data(), n_rows, out.data(), stride, n);
+            check(out, "scalar");
+            if (cpu_supports(implementation::avx512)) {
+                std::fill(out.begin(), out.end(), -7.0f);
+                avx512::exp_shifted_rows(x.data(), stride, shifts.data(), n_rows, out.data(), stride, n);
+                check(out, "avx512");
+                // In place: the gaps of x keep x's values.
+                std::vector<float> in_place = x;
+                avx512::exp_shifted_rows(in_place.data(), stride, shifts.data(), n_rows, in_place.data(), stride, n);
+                for (int32_t r = 0; r < n_rows; ++r) {
+                    for (int64_t i = n; i < stride; ++i) in_place[static_cast<size_t>(r * stride + i)] = -7.0f;
+                }
+                check(in_place, "avx512 in place");
+            }
+        }
+    }
+}
+
 // kernels.h promises exp_shifted(x, x) == 1 exactly for finite x (x - x is +0, and
 // the polynomial gives 1 at 0): attention skips the call on that promise.
 TEST(kernels_exp, AFiniteValueShiftedByItselfIsExactlyOne) {

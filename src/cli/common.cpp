@@ -112,6 +112,9 @@ void add_runtime_flags(CLI::App * cmd, runtime_flags & f, int32_t default_lanes)
     add_number(cmd, "-c,--ctx-size", f.ctx_size, "Context size in tokens per lane (default: the model's, at most 4096)", 1, 1 << 24);
     add_number(cmd, "--lanes", f.lanes, "Concurrent sessions (lanes) per stage", 1, 1024)->capture_default_str();
     cmd->add_option("--kv-type", f.kv_type, "KV cache element type")->check(CLI::IsMember({"f16", "f32"}))->capture_default_str();
+    cmd->add_flag("--no-huge-pages", f.no_huge_pages,
+                  "Leave the weights on the file mapping instead of copying this stage's layers and head to memory on "
+                  "transparent huge pages (faster decode; not shared with other processes mapping the file)");
     cmd->add_option("--stage-key-file", f.stage_key_file,
                     "File holding the key every stage of the chain shares: stage links prove it and MAC every frame "
                     "(required when a stage is not on loopback; default: none)")
@@ -196,6 +199,7 @@ stage_options to_stage_options(const runtime_flags & f) {
     so.ctx_size = f.ctx_size;
     so.n_lanes = f.lanes;
     so.kv_type = f.kv_type == "f32" ? kv_dtype::f32 : kv_dtype::f16;
+    so.huge_pages = !f.no_huge_pages;
     return so;
 }
 

@@ -72,6 +72,7 @@ struct runtime_flags {
     int32_t     ctx_size = 0;
     int32_t     lanes = 1;
     std::string kv_type = "f16";
+    bool        no_huge_pages = false;
     std::string stage_key_file;   // shared key that authenticates stage links (empty: none)
     std::string stage_tls;        // "CERT,KEY,CA": stage links run over mutual TLS (empty: plain TCP)
     int32_t     wire_delay_ms = 0;

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -131,6 +132,24 @@ public:
     const std::vector<tensor_info> & tensors() const { return tensors_; }
     const tensor_info * find_tensor(std::string_view name) const;
 
+    // Bytes [offset, offset + n_bytes) of the file.
+    struct byte_range {
+        uint64_t offset = 0;
+        uint64_t n_bytes = 0;
+    };
+    // Puts the ranges (rounded out to 2 MiB) on anonymous memory advised for transparent
+    // huge pages, at the same addresses and with the same bytes: every pointer into the
+    // file stays valid. Decode streams each weight once per token, and on the file
+    // mapping's 4 KiB pages it pays a TLB miss every few rows and loses the hardware
+    // prefetcher at every page boundary (bench-200m, one core: 20-27% faster decode).
+    // The bytes are copied from the file (pread) into fresh memory, which then replaces
+    // the mapping in one mremap; when any step fails the range keeps the file mapping.
+    // Returns the bytes now on such memory by this call (0 for a file from bytes, or when
+    // the kernel's transparent huge pages are off). Ranges outside the file are clipped;
+    // ranges already moved are skipped. Thread-safe; the content never changes, so
+    // readers need no lock.
+    result<uint64_t> back_with_huge_pages(std::span<const byte_range> ranges) const;
+
 private:
     file() = default;
     status parse(const open_options & opts);
@@ -139,6 +158,11 @@ private:
     const uint8_t *                              base_ = nullptr;
     size_t                                       size_ = 0;
     bool                                         mapped_ = false;
+    void *                                       reserved_ = nullptr;  // the 2 MiB-aligned reservation the mapping sits in
+    size_t                                       reserved_bytes_ = 0;
+    int                                          fd_ = -1;             // for back_with_huge_pages
+    mutable std::mutex                           huge_mutex_;
+    mutable std::vector<bool>                    huge_chunks_;         // 2 MiB chunks already moved
     std::vector<uint8_t>                         owned_;  // from_bytes only
     uint32_t                                     version_ = 0;
     size_t                                       alignment_ = 32;

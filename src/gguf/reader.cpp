@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <limits>
 
 namespace skippy::gguf {
@@ -144,8 +146,82 @@ private:
 
 }  // namespace
 
+constexpr size_t k_huge_page_bytes = size_t(2) << 20;
+
+// Whether the kernel hands out transparent huge pages to memory advised for them: the
+// selected mode of /sys/kernel/mm/transparent_hugepage/enabled is "always" or "madvise".
+bool transparent_huge_pages_on() {
+    static const bool on = [] {
+        std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+        std::string modes;
+        std::getline(in, modes);
+        return modes.find("[always]") != std::string::npos || modes.find("[madvise]") != std::string::npos;
+    }();
+    return on;
+}
+
 file::~file() {
-    if (mapped_ && base_) munmap(const_cast<uint8_t *>(base_), size_);
+    if (reserved_) {
+        munmap(reserved_, reserved_bytes_);
+    } else if (mapped_ && base_) {
+        munmap(const_cast<uint8_t *>(base_), size_);
+    }
+    if (fd_ >= 0) ::close(fd_);
+}
+
+result<uint64_t> file::back_with_huge_pages(std::span<const byte_range> ranges) const {
+    if (!mapped_ || !reserved_ || fd_ < 0 || !transparent_huge_pages_on()) return uint64_t{0};
+    std::lock_guard<std::mutex> lock(huge_mutex_);
+    const size_t n_chunks = (size_ + k_huge_page_bytes - 1) / k_huge_page_bytes;
+    if (huge_chunks_.size() != n_chunks) huge_chunks_.assign(n_chunks, false);
+    std::vector<bool> wanted(n_chunks, false);
+    for (const byte_range & r : ranges) {
+        if (r.n_bytes == 0 || r.offset >= size_) continue;
+        const uint64_t end = std::min<uint64_t>(size_, r.offset + std::min<uint64_t>(r.n_bytes, size_));
+        for (uint64_t c = r.offset / k_huge_page_bytes; c * k_huge_page_bytes < end; ++c) wanted[c] = !huge_chunks_[c];
+    }
+    uint64_t moved = 0;
+    for (size_t c0 = 0; c0 < n_chunks;) {
+        if (!wanted[c0]) {
+            ++c0;
+            continue;
+        }
+        size_t c1 = c0;
+        while (c1 < n_chunks && wanted[c1]) ++c1;
+        const size_t len = (c1 - c0) * k_huge_page_bytes;
+        const uint64_t from = c0 * k_huge_page_bytes;
+        const uint64_t file_bytes = std::min<uint64_t>(size_, c1 * k_huge_page_bytes) - from;
+        // Fresh memory at a 2 MiB boundary (over-allocated, the slack given back).
+        void * raw = mmap(nullptr, len + k_huge_page_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (raw == MAP_FAILED) return make_error(error_code::io, "cannot allocate memory for the weights: " + std::string(std::strerror(errno)));
+        auto * tmp = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(raw) + k_huge_page_bytes - 1) & ~(k_huge_page_bytes - 1));
+        const auto give_back_slack = [&] {
+            const size_t head = static_cast<size_t>(tmp - static_cast<uint8_t *>(raw));
+            if (head > 0) munmap(raw, head);
+            if (k_huge_page_bytes - head > 0) munmap(tmp + len, k_huge_page_bytes - head);
+        };
+        madvise(tmp, len, MADV_HUGEPAGE);
+        uint64_t done = 0;
+        while (done < file_bytes) {
+            const ssize_t n = pread(fd_, tmp + done, static_cast<size_t>(file_bytes - done), static_cast<off_t>(from + done));
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) break;
+            done += static_cast<uint64_t>(n);
+        }
+        uint8_t * at = const_cast<uint8_t *>(base_) + from;
+        if (done != file_bytes || mprotect(tmp, len, PROT_READ) != 0 ||
+            mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, at) == MAP_FAILED) {
+            const int err = errno;
+            munmap(raw, len + k_huge_page_bytes);  // the file mapping at `at` is untouched
+            return make_error(error_code::io, "cannot move " + path_ + "'s weights to huge pages: " +
+                                                  (done != file_bytes ? std::string("short read") : std::string(std::strerror(err))));
+        }
+        give_back_slack();
+        for (size_t c = c0; c < c1; ++c) huge_chunks_[c] = true;
+        moved += len;
+        c0 = c1;
+    }
+    return moved;
 }
 
 result<std::unique_ptr<file>> file::open(const std::string & path, const open_options & opts) {
@@ -167,9 +243,24 @@ result<std::unique_ptr<file>> file::open(const std::string & path, const open_op
         ::close(fd);
         return make_error(error_code::invalid_data, "gguf: " + path + " is empty");
     }
-    void * p = mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (p == MAP_FAILED) return make_error(error_code::io, "cannot map " + path + ": " + std::strerror(errno));
+    // The mapping starts at a 2 MiB boundary of a reservation 4 MiB longer than the file,
+    // so that back_with_huge_pages can put whole huge pages over any of its chunks (the
+    // last one past the end of the file too).
+    const size_t reserved_bytes = f->size_ + 2 * k_huge_page_bytes;
+    void * reserved = mmap(nullptr, reserved_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (reserved == MAP_FAILED) {
+        ::close(fd);
+        return make_error(error_code::io, "cannot map " + path + ": " + std::strerror(errno));
+    }
+    f->reserved_ = reserved;
+    f->reserved_bytes_ = reserved_bytes;
+    auto * aligned = reinterpret_cast<void *>((reinterpret_cast<uintptr_t>(reserved) + k_huge_page_bytes - 1) & ~(k_huge_page_bytes - 1));
+    void * p = mmap(aligned, f->size_, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
+    if (p == MAP_FAILED) {
+        ::close(fd);
+        return make_error(error_code::io, "cannot map " + path + ": " + std::strerror(errno));
+    }
+    f->fd_ = fd;
     f->base_ = static_cast<const uint8_t *>(p);
     f->mapped_ = true;
     status st_parse = f->parse(opts);

@@ -246,6 +246,9 @@ struct slice_options {
     // factors (long when larger than rope.scaling.original_context_length), as
     // llama.cpp does from its per-sequence context.
     int32_t n_ctx_seq = 0;
+    // Put the slice's layer weights and head on transparent huge pages
+    // (gguf::file::back_with_huge_pages); false keeps them on the file mapping.
+    bool huge_pages = true;
 };
 
 class model_slice {
@@ -316,6 +319,7 @@ public:
     struct bound_layers;  // the family and the layer weights (model/family.h)
 
 private:
+    void move_weights_to_huge_pages(bool tied) const;
     model_slice() = default;
     status check_recurrent(const sequence_span & s) const;
     void forward_pass(float * x, std::span<const forward_workspace::row_ref> rows, kernels::thread_pool * pool,

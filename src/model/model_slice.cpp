@@ -1,7 +1,10 @@
 #include "model/blocks.h"
 #include "model/family.h"
 
+#include "base/log.h"
+
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 
@@ -185,7 +188,35 @@ result<std::unique_ptr<model_slice>> model_slice::bind(std::shared_ptr<const ggu
         layers->layers.push_back(lw);
     }
     slice->layers_ = std::move(layers);
+    if (options.huge_pages) slice->move_weights_to_huge_pages(tied);
     return slice;
+}
+
+// The tensors decode streams every token: the slice's layers, and the head on the last
+// stage (the embeddings only as a tied head: stage 0 reads one row per token of them).
+// On failure the weights stay on the file mapping, which computes the same bits.
+void model_slice::move_weights_to_huge_pages(bool tied) const {
+    const gguf::file & f = *file_;
+    const bool last = range_.end == hparams_.n_layer;
+    std::vector<gguf::file::byte_range> ranges;
+    for (const gguf::tensor_info & t : f.tensors()) {
+        bool streamed = false;
+        if (t.name.starts_with("blk.")) {
+            int32_t il = -1;
+            const auto digits = std::string_view(t.name).substr(4);
+            const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), il);
+            streamed = ec == std::errc() && end < digits.data() + digits.size() && *end == '.' && il >= range_.start && il < range_.end;
+        } else if (last) {
+            streamed = t.name == (tied ? "token_embd.weight" : "output.weight");
+        }
+        if (streamed) ranges.push_back({f.data_offset() + t.offset, t.n_bytes});
+    }
+    const auto moved = f.back_with_huge_pages(ranges);
+    if (!moved.is_ok()) {
+        SKIPPY_LOG_WARN("layers [%d, %d): weights stay on the file mapping: %s", range_.start, range_.end, moved.error().to_string().c_str());
+    } else if (*moved > 0) {
+        SKIPPY_LOG_DEBUG("layers [%d, %d): %.1f MiB of weights on huge pages", range_.start, range_.end, static_cast<double>(*moved) / (1 << 20));
+    }
 }
 
 kv_geometry model_slice::kv_geometry_for(kv_dtype dtype, int32_t block_tokens) const {

@@ -43,7 +43,7 @@ result<std::unique_ptr<stage>> stage::load(std::shared_ptr<const gguf::file> fil
     s->file_ = file;
     s->constraints_ = std::make_shared<constraint_cache>(file);
     s->ctx_size_ = options.ctx_size > 0 ? options.ctx_size : std::min(hp.n_ctx_train, 4096);
-    SKIPPY_ASSIGN_OR_RETURN(s->slice_, model_slice::bind(file, range, {s->ctx_size_}));
+    SKIPPY_ASSIGN_OR_RETURN(s->slice_, model_slice::bind(file, range, {.n_ctx_seq = s->ctx_size_, .huge_pages = options.huge_pages}));
     const int32_t n_threads = options.n_threads > 0 ? options.n_threads : physical_core_count();
     s->pool_ = options.shared_pool ? options.shared_pool : std::make_shared<kernels::thread_pool>(n_threads);
 

@@ -32,6 +32,7 @@ struct stage_options {
     kv_dtype    kv_type = kv_dtype::f16;
     int32_t     kv_block_tokens = 16;
     int64_t     kv_extra_blocks = 0; // pool blocks beyond n_lanes * ceil(ctx_size / block) (cache use)
+    bool        huge_pages = true;   // the slice's weights on transparent huge pages (slice_options)
     // Threads to run on instead of a pool of n_threads of the stage's own. Stages in one
     // process share one: they mostly take turns, and two pools would have the idle one's
     // spinning workers steal cores from the busy one.

@@ -63,6 +63,24 @@ TEST_F(cli, GenerateJsonHasTheDocumentedShape) {
     EXPECT_GE(j["total_ms"].get<double>(), j["ttft_ms"].get<double>());
 }
 
+// The weights on huge pages (the default) or on the file mapping compute the same
+// tokens; two stages in one process share the file and move their own layers.
+TEST_F(cli, HugePagesOrNotTheTokensAreTheSame) {
+    const std::vector<std::string> base = {"generate", "-m", model_, "-p", "hello there", "-n", "8", "--greedy", "--json", "-t", "1"};
+    auto run = [&](std::vector<std::string> extra) {
+        std::vector<std::string> args = base;
+        args.insert(args.end(), extra.begin(), extra.end());
+        auto r = skippy(args);
+        EXPECT_EQ(r.exit_code, 0) << r.err;
+        return r.exit_code == 0 ? nlohmann::json::parse(r.out)["tokens"] : nlohmann::json();
+    };
+    const auto mapped = run({"--no-huge-pages"});
+    ASSERT_TRUE(mapped.is_array());
+    EXPECT_FALSE(mapped.empty());
+    EXPECT_EQ(run({}), mapped);
+    EXPECT_EQ(run({"--stages", "2"}), mapped);
+}
+
 TEST_F(cli, GreedyTextMatchesJsonTextAndSeedsAreReproducible) {
     auto plain = skippy({"generate", "-m", model_, "-p", "abc", "-n", "5", "--greedy"});
     auto json = skippy({"generate", "-m", model_, "-p", "abc", "-n", "5", "--greedy", "--json"});

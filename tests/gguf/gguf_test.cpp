@@ -3,7 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <unistd.h>
 
 namespace skippy::gguf {
 namespace {
@@ -100,6 +106,94 @@ TEST(gguf, OpenReportsMissingFileAsNotFound) {
     auto f = file::open("/nonexistent/skippy/model.gguf");
     ASSERT_FALSE(f.is_ok());
     EXPECT_EQ(f.error().code(), error_code::not_found);
+}
+
+bool transparent_huge_pages_on() {
+    std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::string modes;
+    std::getline(in, modes);
+    return modes.find("[always]") != std::string::npos || modes.find("[madvise]") != std::string::npos;
+}
+
+// The line of /proc/self/maps whose range holds p.
+std::string mapping_of(const void * p) {
+    std::ifstream maps("/proc/self/maps");
+    const auto at = reinterpret_cast<uintptr_t>(p);
+    for (std::string line; std::getline(maps, line);) {
+        uintptr_t lo = 0, hi = 0;
+        if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2 && at >= lo && at < hi) return line;
+    }
+    return {};
+}
+
+// back_with_huge_pages moves file ranges onto anonymous memory (huge pages where the
+// kernel has them) at the same addresses: every tensor keeps its pointer and its bytes,
+// ranges are rounded out to 2 MiB and clipped to the file, and a range moved once is
+// not moved again.
+TEST(gguf, HugePagesKeepEveryTensorsAddressAndBytes) {
+    writer w;
+    for (int k = 0; k < 3; ++k) {
+        std::vector<float> v(393216);  // 1.5 MiB each: the file spans three 2 MiB chunks
+        for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(k * 1000003 + static_cast<int64_t>(i % 9973));
+        w.add_tensor("t" + std::to_string(k), {static_cast<int64_t>(v.size())}, tensor_type::f32, f32_bytes(v));
+    }
+    const std::string path = (std::filesystem::temp_directory_path() / ("skippy-huge-" + std::to_string(::getpid()) + ".gguf")).string();
+    {
+        const auto bytes = w.to_bytes();
+        std::ofstream out(path, std::ios::binary);
+        out.write(reinterpret_cast<const char *>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    }
+    auto opened = file::open(path);
+    std::filesystem::remove(path);  // the mapping outlives the name
+    ASSERT_TRUE(opened.is_ok()) << opened.error().to_string();
+    const file & f = **opened;
+    std::vector<const uint8_t *> pointers;
+    std::vector<std::vector<uint8_t>> contents;
+    for (const tensor_info & t : f.tensors()) {
+        pointers.push_back(t.data);
+        contents.emplace_back(t.data, t.data + t.n_bytes);
+    }
+    const auto unchanged = [&] {
+        for (size_t i = 0; i < f.tensors().size(); ++i) {
+            const tensor_info & t = f.tensors()[i];
+            ASSERT_EQ(t.data, pointers[i]) << t.name;
+            ASSERT_EQ(std::memcmp(t.data, contents[i].data(), t.n_bytes), 0) << t.name;
+        }
+    };
+    const bool thp = transparent_huge_pages_on();
+    const tensor_info & t1 = *f.find_tensor("t1");
+    EXPECT_NE(mapping_of(t1.data).find("skippy-huge-"), std::string::npos) << "before: the file mapping";
+
+    const file::byte_range middle[] = {{f.data_offset() + t1.offset, t1.n_bytes}};
+    auto moved = f.back_with_huge_pages(middle);
+    ASSERT_TRUE(moved.is_ok()) << moved.error().to_string();
+    unchanged();
+    if (thp) {
+        EXPECT_GT(*moved, 0u);
+        EXPECT_EQ(*moved % (2u << 20), 0u);
+        EXPECT_EQ(mapping_of(t1.data).find("skippy-huge-"), std::string::npos) << "after: anonymous, " << mapping_of(t1.data);
+    } else {
+        EXPECT_EQ(*moved, 0u) << "transparent huge pages are off: nothing moves";
+    }
+    auto again = f.back_with_huge_pages(middle);
+    ASSERT_TRUE(again.is_ok());
+    EXPECT_EQ(*again, 0u) << "already moved";
+
+    // Everything, plus an empty range and ranges past the end of the file.
+    const file::byte_range all[] = {{0, ~uint64_t{0}}, {5, 0}, {f.size_bytes() + 100, 10}};
+    auto rest = f.back_with_huge_pages(all);
+    ASSERT_TRUE(rest.is_ok()) << rest.error().to_string();
+    unchanged();
+    if (thp) {
+        EXPECT_EQ(*moved + *rest, (f.size_bytes() + (2u << 20) - 1) / (2u << 20) * (2u << 20));
+    }
+
+    // An image from bytes has no file to map: nothing to move.
+    auto in_memory = file::from_bytes(w.to_bytes());
+    ASSERT_TRUE(in_memory.is_ok());
+    auto none = (*in_memory)->back_with_huge_pages(all);
+    ASSERT_TRUE(none.is_ok());
+    EXPECT_EQ(*none, 0u);
 }
 
 // GGUF version 2 has version 3's layout (u64 counts and lengths; version 1 had u32

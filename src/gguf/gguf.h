@@ -88,6 +88,10 @@ struct tensor_info {
     int64_t n_rows() const { return dims.empty() ? 0 : n_elements() / dims[0]; }
 };
 
+// The layer of a block tensor, named blk.<il>.<rest> (<il> decimal digits, <rest> not
+// empty); -1 for any other name.
+int32_t block_index(std::string_view tensor_name);
+
 struct open_options {
     // Largest string or array length accepted, in elements (bounded by file size anyway).
     uint64_t max_array_elements = uint64_t(1) << 28;

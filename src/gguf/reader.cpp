@@ -193,13 +193,10 @@ result<uint64_t> file::back_with_huge_pages(std::span<const byte_range> ranges) 
         const uint64_t file_bytes = std::min<uint64_t>(size_, c1 * k_huge_page_bytes) - from;
         // Fresh memory at a 2 MiB boundary (over-allocated, the slack given back).
         void * raw = mmap(nullptr, len + k_huge_page_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (raw == MAP_FAILED) return make_error(error_code::io, "cannot allocate memory for the weights: " + std::string(std::strerror(errno)));
+        if (raw == MAP_FAILED) {
+            return make_error(error_code::io, "cannot allocate memory for the weights: " + std::string(std::strerror(errno)));
+        }
         auto * tmp = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(raw) + k_huge_page_bytes - 1) & ~(k_huge_page_bytes - 1));
-        const auto give_back_slack = [&] {
-            const size_t head = static_cast<size_t>(tmp - static_cast<uint8_t *>(raw));
-            if (head > 0) munmap(raw, head);
-            if (k_huge_page_bytes - head > 0) munmap(tmp + len, k_huge_page_bytes - head);
-        };
         madvise(tmp, len, MADV_HUGEPAGE);
         uint64_t done = 0;
         while (done < file_bytes) {
@@ -216,7 +213,10 @@ result<uint64_t> file::back_with_huge_pages(std::span<const byte_range> ranges) 
             return make_error(error_code::io, "cannot move " + path_ + "'s weights to huge pages: " +
                                                   (done != file_bytes ? std::string("short read") : std::string(std::strerror(err))));
         }
-        give_back_slack();
+        // The slack around the moved range: before it (maybe none) and after it.
+        const size_t head = static_cast<size_t>(tmp - static_cast<uint8_t *>(raw));
+        if (head > 0) munmap(raw, head);
+        munmap(tmp + len, k_huge_page_bytes - head);
         for (size_t c = c0; c < c1; ++c) huge_chunks_[c] = true;
         moved += len;
         c0 = c1;

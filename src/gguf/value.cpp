@@ -1,5 +1,6 @@
 #include "gguf/gguf.h"
 
+#include <charconv>
 #include <cmath>
 
 namespace skippy::gguf {
@@ -92,6 +93,16 @@ std::optional<double> value::as_float() const {
 std::optional<bool> value::as_bool() const {
     if (type_ != value_type::boolean) return std::nullopt;
     return int_ != 0;
+}
+
+int32_t block_index(std::string_view tensor_name) {
+    constexpr std::string_view prefix = "blk.";
+    if (!tensor_name.starts_with(prefix)) return -1;
+    const std::string_view rest = tensor_name.substr(prefix.size());
+    int32_t il = -1;
+    const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), il);
+    const bool ok = ec == std::errc() && end != rest.data() && end + 1 < rest.data() + rest.size() && *end == '.' && il >= 0;
+    return ok ? il : -1;
 }
 
 int64_t tensor_info::n_elements() const {

@@ -99,7 +99,9 @@ void exp_shifted_rows(const float * x, int64_t x_stride, const float * shifts, i
                       int64_t n) {
 #if SKIPPY_KERNELS_AVX2
     const implementation impl = active_impl();
-    if (impl == implementation::avx512 || impl == implementation::amx) return avx512::exp_shifted_rows(x, x_stride, shifts, n_rows, y, y_stride, n);
+    if (impl == implementation::avx512 || impl == implementation::amx) {
+        return avx512::exp_shifted_rows(x, x_stride, shifts, n_rows, y, y_stride, n);
+    }
     if (impl == implementation::avx2) {
         for (int32_t r = 0; r < n_rows; ++r) avx2::exp_shifted(x + r * x_stride, shifts[r], y + r * y_stride, n);
         return;

@@ -4,7 +4,6 @@
 #include "base/log.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstring>
 
@@ -200,22 +199,18 @@ void model_slice::move_weights_to_huge_pages(bool tied) const {
     const bool last = range_.end == hparams_.n_layer;
     std::vector<gguf::file::byte_range> ranges;
     for (const gguf::tensor_info & t : f.tensors()) {
-        bool streamed = false;
-        if (t.name.starts_with("blk.")) {
-            int32_t il = -1;
-            const auto digits = std::string_view(t.name).substr(4);
-            const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), il);
-            streamed = ec == std::errc() && end < digits.data() + digits.size() && *end == '.' && il >= range_.start && il < range_.end;
-        } else if (last) {
-            streamed = t.name == (tied ? "token_embd.weight" : "output.weight");
-        }
+        const int32_t il = gguf::block_index(t.name);
+        const bool streamed = il >= 0 ? il >= range_.start && il < range_.end
+                                      : last && t.name == (tied ? "token_embd.weight" : "output.weight");
         if (streamed) ranges.push_back({f.data_offset() + t.offset, t.n_bytes});
     }
     const auto moved = f.back_with_huge_pages(ranges);
     if (!moved.is_ok()) {
-        SKIPPY_LOG_WARN("layers [%d, %d): weights stay on the file mapping: %s", range_.start, range_.end, moved.error().to_string().c_str());
+        SKIPPY_LOG_WARN("layers [%d, %d): weights stay on the file mapping: %s", range_.start, range_.end,
+                        moved.error().to_string().c_str());
     } else if (*moved > 0) {
-        SKIPPY_LOG_DEBUG("layers [%d, %d): %.1f MiB of weights on huge pages", range_.start, range_.end, static_cast<double>(*moved) / (1 << 20));
+        SKIPPY_LOG_DEBUG("layers [%d, %d): %.1f MiB of weights on huge pages", range_.start, range_.end,
+                         static_cast<double>(*moved) / (1 << 20));
     }
 }
 

@@ -7,8 +7,8 @@ namespace skippy {
 namespace {
 
 // From the last layer backwards, each stage takes layers while its cost (the layers'
-// `layer_cost`, the last stage's also `head`) stays within `cap`, and closes early when the layers left are only enough for one per stage still
-// to open. Empty result: `cap` cannot be met with n_stages stages.
+// `layer_cost`, the last stage's also `head`) stays within `cap`, and closes early
+// when the layers left are only enough for one per stage still to open. Empty result: `cap` cannot be met with n_stages stages.
 std::vector<layer_range> cut_within(const std::vector<int64_t> & layer_cost, int64_t head, int32_t n_stages, int64_t cap) {
     const int32_t n_layer = static_cast<int32_t>(layer_cost.size());
     std::vector<layer_range> out;
@@ -82,14 +82,7 @@ result<layer_split> plan_layer_split(const gguf::file & f, int32_t n_layer, int3
             head += n;
             head_macs += m;
         }
-        if (t.name.rfind("blk.", 0) != 0) continue;
-        const size_t dot = t.name.find('.', 4);
-        int64_t il = -1;
-        try {
-            il = std::stoll(t.name.substr(4, dot - 4));
-        } catch (...) {
-            continue;
-        }
+        const int32_t il = gguf::block_index(t.name);
         if (il >= 0 && il < n_layer) {
             bytes[static_cast<size_t>(il)] += n;
             macs[static_cast<size_t>(il)] += m;

@@ -102,6 +102,17 @@ TEST(gguf, SetReplacesAnExistingKey) {
     EXPECT_EQ((*f)->get_int("x"), 2);
 }
 
+TEST(gguf, BlockIndexReadsOnlyWellFormedBlockNames) {
+    EXPECT_EQ(block_index("blk.0.attn_q.weight"), 0);
+    EXPECT_EQ(block_index("blk.47.ffn_down_exps.weight"), 47);
+    EXPECT_EQ(block_index("blk.3.x"), 3);
+    for (const char * name : {"output.weight", "token_embd.weight", "blk.", "blk.3", "blk.3.", "blk.x.attn_q.weight",
+                              "blk.3a.attn_q.weight", "blk.-1.attn_q.weight", "blk..attn_q.weight", "xblk.3.attn_q.weight",
+                              "blk.99999999999.attn_q.weight"}) {
+        EXPECT_EQ(block_index(name), -1) << name;
+    }
+}
+
 TEST(gguf, OpenReportsMissingFileAsNotFound) {
     auto f = file::open("/nonexistent/skippy/model.gguf");
     ASSERT_FALSE(f.is_ok());

@@ -97,6 +97,20 @@ inline void unpack_k4_scales(const uint8_t * s, uint64_t & sc8, uint64_t & m8) {
     m8 = (u1 & 0x3f3f3f3fu) | static_cast<uint64_t>(((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4)) << 32;
 }
 
+// A 4 x 4 transpose of dwords in every 128-bit lane: dword a of lane b of out[v] is
+// dword v of lane b of in[a].
+[[gnu::always_inline]] inline void transpose_dwords4(const __m512i in[4], __m512i out[4]) {
+    const __m512i t0 = _mm512_unpacklo_epi32(in[0], in[1]), t1 = _mm512_unpackhi_epi32(in[0], in[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(in[2], in[3]), t3 = _mm512_unpackhi_epi32(in[2], in[3]);
+    out[0] = _mm512_unpacklo_epi64(t0, t2);
+    out[1] = _mm512_unpackhi_epi64(t0, t2);
+    out[2] = _mm512_unpacklo_epi64(t1, t3);
+    out[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+// For vpermd: dword 4b + a takes dword 4a + b (where transpose_dwords4 puts it).
+[[gnu::always_inline]] inline __m512i transposed_dword_index() { return _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15); }
+
 // A token's activation block for the decode hooks of the formats with mins (Q2_K,
 // Q4_K, Q5_K): its codes in the format's order, and its bsums.
 struct min_decode_x {
@@ -113,7 +127,7 @@ struct min_decode_x {
     return acc;
 }
 
-// The same for the formats whose values are codes minus a constant (Q3_K, Q6_K): 16
+// The same for the formats whose values are codes minus a constant (Q3_K): 16
 // isum partials, the constant entering as the token's bias (int16 per 16 values, then
 // zeros) times the row's bias_w.
 struct bias_decode_x {

@@ -55,14 +55,16 @@ struct q3_k_format {
     }
     static constexpr auto rest = avx2::mul_tile_q3_k_q8_k;
 
-    // Decode (superblock_kernel::rows16): the activation in crumbs_x_decode's order,
-    // q[k] = values [32k, 32k + 32) and [128 + 32k, 160 + 32k); their high bits are bits
-    // k and 4 + k of hmask (broadcast to both halves), added where vptestmb finds them.
-    // The -4 enters as -4 * bsums (within int16) times the scales.
-    using decode_x = bias_decode_x;  // bias: -4 * bsums
+    // Decode (superblock_kernel::rows16, sub16_row_sums): the codes in crumbs_x_decode's
+    // order, c[k] = values [32k, 32k + 32) and [128 + 32k, 160 + 32k), whose 128-bit
+    // lanes are sub-blocks 2k, 2k + 1, 8 + 2k and 9 + 2k; their high bits are bits k and
+    // 4 + k of hmask (broadcast to both halves), added where vptestmb finds them.
+    using decode_x = sub16_decode_x;
+    [[gnu::always_inline]] static __m512i lane_sub() { return _mm512_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15); }
     [[gnu::always_inline]] static void x_decode(const uint8_t * xb, decode_x & xd) {
-        crumbs_x_decode(xb, xd.q);
-        xd.bias = _mm512_zextsi256_si512(_mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(loadu_256(xb + q8_k_off_bsums), 2)));
+        __m512i q[4];
+        crumbs_x_decode(xb, q);
+        sub16_x_decode(xb, q, lane_sub(), 2, xd);
     }
     // The 16 scales s_j - 32 as int16 (blocks.h): low 4 bits from nibble j / 8 of byte
     // j % 8, high 2 bits from bits 2 (j / 4) of byte 8 + j % 4; in general registers,
@@ -80,18 +82,16 @@ struct q3_k_format {
     }
     template <int NT>
     [[gnu::always_inline]] static void row_decode(const uint8_t * wb, const decode_x * xd, __m512i * out) {
-        const __m512i sc = _mm512_zextsi256_si512(scales_i16(wb));
         const __m512i qs = loadu_512(wb + q3_k_off_qs);
         const __m512i hm = _mm512_broadcast_i64x4(loadu_256(wb + q3_k_off_hmask));
         const __m512i three = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
-        __m512i c[4], mult[4];
+        __m512i c[4];
         #pragma GCC unroll 4
         for (int k = 0; k < 4; ++k) {
             const __m512i low = _mm512_and_si512(k == 0 ? qs : _mm512_srli_epi16(qs, 2 * k), three);
             c[k] = _mm512_mask_add_epi8(low, _mm512_test_epi8_mask(hm, bit_pair(k, 4 + k)), low, four);
-            mult[k] = _mm512_permutexvar_epi16(word_index(2 * k, 2 * k + 1, 8 + 2 * k, 9 + 2 * k), sc);
         }
-        bias_row_sums<NT>(c, mult, sc, xd, out);
+        sub16_row_sums<NT>(c, _mm512_permutexvar_epi32(lane_sub(), _mm512_cvtepi16_epi32(scales_i16(wb))), xd, out);
     }
     // d is the block's last field: its dword starts 2 bytes before it.
     static constexpr size_t off_scale = q3_k_off_d - 2;

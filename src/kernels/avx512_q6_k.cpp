@@ -52,29 +52,17 @@ struct q6_k_format {
     }
     static constexpr auto rest = avx2::mul_tile_q6_k_q8_k;
 
-    // Decode (superblock_kernel::rows16). The codes come out of 64-byte loads in value
-    // order (c[j] = values [64j, 64j + 64), whose 128-bit lanes are sub-blocks 4j ..
-    // 4j + 3); they and the activation are turned (a 4 x 4 dword transpose in every
-    // 128-bit lane, transpose_dwords4) so that dword 4b + a of every vector holds values
-    // of sub-block 4a + b. Four vpdpbusd then leave each sub-block's sum of code * x in a
-    // lane of its own, started at -32 * bsum (bias_t), and one vpmulld by the lanes'
-    // scales finishes the row: 5 multiplies per row and token, where maddubs pairs times
-    // each lane's scale took 9. The integer sums are the same (|sum| <= 16 * 32 * 128 per
-    // lane, times |sc| <= 128), so are the bits. BM_matmul, one thread, Zen 4, the build
-    // before and after interleaved: 4 tokens 1024x2816 0.179 ms against 0.194-0.216,
-    // 2816x1024 0.152-0.160 against 0.170-0.179; 8 tokens 5-10% faster; one token
-    // within noise (BM_decode_tile, 3 tokens: 10.0-10.4 us against 11.7-12.3).
-    struct decode_x {
-        __m512i qt[4];    // dword 4b + a of qt[v]: values 16 (4a + b) + 4v .. + 3
-        __m512i bias_t;   // dword 4b + a: -32 * bsum of sub-block 4a + b
-    };
+    // Decode (superblock_kernel::rows16, sub16_row_sums): the codes in value order (c[j]
+    // = values [64j, 64j + 64), whose 128-bit lanes are sub-blocks 4j .. 4j + 3), the
+    // order in which ql's nibbles and qh's pairs of bits come out of 64-byte loads; so
+    // turned dword 4b + a is sub-block 4a + b.
+    using decode_x = sub16_decode_x;
+    [[gnu::always_inline]] static __m512i lane_sub() { return _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15); }
     [[gnu::always_inline]] static void x_decode(const uint8_t * xb, decode_x & xd) {
         __m512i q[4];
         #pragma GCC unroll 4
         for (int j = 0; j < 4; ++j) q[j] = loadu_512(xb + q8_k_off_qs + 64 * j);
-        transpose_dwords4(q, xd.qt);
-        const __m512i bsums = _mm512_cvtepi16_epi32(loadu_256(xb + q8_k_off_bsums));
-        xd.bias_t = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_permutexvar_epi32(transposed_dword_index(), bsums), 5));
+        sub16_x_decode(xb, q, lane_sub(), 5, xd);
     }
     template <int NT>
     [[gnu::always_inline]] static void row_decode(const uint8_t * wb, const decode_x * xd, __m512i * out) {
@@ -93,17 +81,8 @@ struct q6_k_format {
             const __m512i h23 = _mm512_and_si512(_mm512_srlv_epi16(qh, _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1)), bits45);
             c[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), h23, low4, low_or);
         }
-        __m512i ct[4];
-        transpose_dwords4(c, ct);
         const __m128i s8 = _mm_shuffle_epi8(loadu_128(wb + q6_k_off_scales), _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
-        const __m512i sc = _mm512_cvtepi8_epi32(s8);
-        #pragma GCC unroll 4
-        for (int i = 0; i < NT; ++i) {
-            __m512i acc = xd[i].bias_t;
-            #pragma GCC unroll 4
-            for (int v = 0; v < 4; ++v) acc = _mm512_dpbusd_epi32(acc, ct[v], xd[i].qt[v]);
-            out[i] = _mm512_mullo_epi32(acc, sc);
-        }
+        sub16_row_sums<NT>(c, _mm512_cvtepi8_epi32(s8), xd, out);
     }
     // d is the block's last field: its dword starts 2 bytes before it.
     static constexpr size_t off_scale = q6_k_off_d - 2;

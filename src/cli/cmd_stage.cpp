@@ -1,6 +1,6 @@
 // skippy serve-stage: run stage I >= 1 of a topology; skippy split-plan: print a
-// topology for a model, its stages balanced by layer count or, when layers differ, by
-// bytes of weights (model/split_plan.h).
+// topology for a model, its stages balanced by multiply-adds per token or by bytes of
+// weights (model/split_plan.h).
 #include "base/log.h"
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -93,7 +93,7 @@ struct split_plan_options {
     int32_t     stages = 2;
     int32_t     base_port = 7100;
     std::string host = "127.0.0.1";
-    std::string balance = "bytes";
+    std::string balance = "compute";
 };
 
 int run_split_plan(const split_plan_options & o) {
@@ -135,14 +135,14 @@ void add_stage_commands(CLI::App & app, command_runner & run) {
     serve->callback([&run, s] { run = [s] { return run_serve_stage(*s); }; });
 
     auto p = std::make_shared<split_plan_options>();
-    CLI::App * plan = app.add_subcommand("split-plan", "Print a topology for a model, stages balanced by weight bytes when layers differ");
+    CLI::App * plan = app.add_subcommand("split-plan", "Print a topology for a model, stages balanced by compute (or weight bytes)");
     plan->add_option("-m,--model", p->model_path, "GGUF model file")->required()->check(CLI::ExistingFile);
     add_number(plan, "--stages", p->stages, "Number of stages", 1, 64)->required();
     add_number(plan, "--base-port", p->base_port, "Port of stage 0; stage i listens on base + i", 1, 65535)->capture_default_str();
     plan->add_option("--host", p->host, "Host of every endpoint")->capture_default_str();
     plan->add_option("--balance", p->balance,
-                     "What the stages balance: bytes (weight bytes, what each stage holds and a decode step reads) or compute "
-                     "(multiply-adds per token, for steps of several lanes bound by compute)")
+                     "What the stages balance: compute (multiply-adds per token, what bounds steps of several lanes) or bytes "
+                     "(weight bytes, what each stage holds and a single lane's decode step reads)")
         ->check(CLI::IsMember({"bytes", "compute"}))
         ->capture_default_str();
     plan->callback([&run, p] { run = [p] { return run_split_plan(*p); }; });

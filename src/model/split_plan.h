@@ -1,18 +1,20 @@
 // How `skippy split-plan` cuts a model's layers into stages (docs/transport.md).
 //
-// By weight bytes (the default, split_balance::weight_bytes): layers of equal weight
+// By weight bytes (split_balance::weight_bytes): layers of equal weight
 // bytes are split evenly by count (the first stages take the remainder). When layers
 // differ (mixtures of experts with dense layers, quantization mixes giving some layers
 // more bits), stages are balanced by bytes of weights instead: the contiguous split
 // whose heaviest stage (its layers' tensors, the last stage also its output norm and
 // head) is lightest. Bytes are what a stage must hold, and what a decode step reads.
 //
-// By compute (split_balance::compute): the contiguous split whose heaviest stage has
-// the fewest multiply-adds per token: a tensor's elements (an expert tensor's times
-// n_expert_used / n_expert; the token embedding none, it is a lookup, unless it is
-// also the head). For steps bound by compute rather than by reading weights (several
-// lanes per step on a small model), where a head of more bits per weight costs less
-// per byte than the layers (docs/transport.md has what it measured).
+// By compute (split_balance::compute, split-plan's default): the contiguous split whose
+// heaviest stage has the fewest multiply-adds per token: a tensor's elements (an expert
+// tensor's times n_expert_used / n_expert; the token embedding none, it is a lookup,
+// unless it is also the head). A pipeline pays with several lanes per step, and on a
+// CPU such steps are bound by compute rather than by reading weights: there a head of
+// more bits per weight costs less per byte than the layers, and a head of a large
+// vocabulary (ignored by an even split by count) costs many layers (docs/transport.md
+// has what it measured).
 #pragma once
 
 #include "base/status.h"
@@ -34,7 +36,6 @@ struct layer_split {
 };
 
 // REQUIRES: nothing. Errors: n_stages outside [1, n_layer] (invalid_argument).
-result<layer_split> plan_layer_split(const gguf::file & f, int32_t n_layer, int32_t n_stages,
-                                     split_balance balance = split_balance::weight_bytes);
+result<layer_split> plan_layer_split(const gguf::file & f, int32_t n_layer, int32_t n_stages, split_balance balance);
 
 }  // namespace skippy

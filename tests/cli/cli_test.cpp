@@ -454,17 +454,21 @@ TEST_F(cli, SplitPlanTilesTheLayersWithAnAbsoluteModelPath) {
         EXPECT_EQ(st["endpoint"], "127.0.0.1:" + std::to_string(port + static_cast<int>(i)));
     }
     EXPECT_EQ(next, 2) << "the tiny model has 2 layers";
-    EXPECT_EQ(plan["split"], "layers") << r.out;
+    // By compute unless asked otherwise, with the stages' multiply-adds.
+    EXPECT_EQ(plan["split"], "compute") << r.out;
     ASSERT_EQ(plan["stage_multiply_adds_per_token"].size(), 2u) << r.out;
-
-    // --balance compute says so and reports the stages' multiply-adds; anything else is
-    // refused.
-    auto compute = skippy({"split-plan", "-m", relative, "--stages", "2", "--balance", "compute"});
+    for (const auto & m : plan["stage_multiply_adds_per_token"]) EXPECT_GT(m.get<int64_t>(), 0) << r.out;
+    auto compute = skippy({"split-plan", "-m", relative, "--stages", "2", "--base-port", std::to_string(port), "--balance", "compute"});
     ASSERT_EQ(compute.exit_code, 0) << compute.err;
-    const auto by_compute = nlohmann::json::parse(compute.out);
-    EXPECT_EQ(by_compute["split"], "compute") << compute.out;
-    ASSERT_EQ(by_compute["stage_multiply_adds_per_token"].size(), 2u) << compute.out;
-    for (const auto & m : by_compute["stage_multiply_adds_per_token"]) EXPECT_GT(m.get<int64_t>(), 0) << compute.out;
+    EXPECT_EQ(compute.out, r.out);
+
+    // --balance bytes: the tiny model's layers hold the same bytes, so an even split by
+    // count; anything else is refused.
+    auto bytes = skippy({"split-plan", "-m", relative, "--stages", "2", "--balance", "bytes"});
+    ASSERT_EQ(bytes.exit_code, 0) << bytes.err;
+    const auto by_bytes = nlohmann::json::parse(bytes.out);
+    EXPECT_EQ(by_bytes["split"], "layers") << bytes.out;
+    ASSERT_EQ(by_bytes["stage_weight_bytes"].size(), 2u) << bytes.out;
     auto bad = skippy({"split-plan", "-m", relative, "--stages", "2", "--balance", "flops"});
     EXPECT_NE(bad.exit_code, 0);
     EXPECT_NE(bad.err.find("--balance"), std::string::npos) << bad.err;

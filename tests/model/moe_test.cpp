@@ -308,7 +308,7 @@ std::shared_ptr<const gguf::file> layered_file(const std::vector<int64_t> & laye
 
 TEST(split_plan, EvenLayersSplitByCountUnevenOnesByBytes) {
     auto even = layered_file({25, 25, 25, 25, 25}, 25);
-    auto s = plan_layer_split(*even, 5, 2);
+    auto s = plan_layer_split(*even, 5, 2, split_balance::weight_bytes);
     ASSERT_TRUE(s.is_ok());
     EXPECT_FALSE(s->by_bytes);
     ASSERT_EQ(s->stages.size(), 2u);
@@ -318,7 +318,7 @@ TEST(split_plan, EvenLayersSplitByCountUnevenOnesByBytes) {
     // Bytes 100 100 400 100 100 100 and a head of 100: [0, 3) and [3, 6) weigh 600 and
     // 400; any other cut has a heavier stage.
     auto uneven = layered_file({25, 25, 100, 25, 25, 25}, 25);
-    s = plan_layer_split(*uneven, 6, 2);
+    s = plan_layer_split(*uneven, 6, 2, split_balance::weight_bytes);
     ASSERT_TRUE(s.is_ok());
     EXPECT_TRUE(s->by_bytes);
     ASSERT_EQ(s->stages.size(), 2u);
@@ -329,7 +329,7 @@ TEST(split_plan, EvenLayersSplitByCountUnevenOnesByBytes) {
 
     // One heavy layer at the end gets a stage of its own; every stage has a layer.
     auto heavy = layered_file({25, 25, 25, 25, 1000}, 25);
-    s = plan_layer_split(*heavy, 5, 3);
+    s = plan_layer_split(*heavy, 5, 3, split_balance::weight_bytes);
     ASSERT_TRUE(s.is_ok());
     ASSERT_EQ(s->stages.size(), 3u);
     EXPECT_EQ(s->stages[2].start, 4);
@@ -337,10 +337,10 @@ TEST(split_plan, EvenLayersSplitByCountUnevenOnesByBytes) {
     EXPECT_EQ(s->stages[0].start, 0);
     EXPECT_EQ(s->stages[0].end, s->stages[1].start);
     EXPECT_EQ(s->stages[1].end, 4);
-    s = plan_layer_split(*heavy, 5, 5);
+    s = plan_layer_split(*heavy, 5, 5, split_balance::weight_bytes);
     ASSERT_TRUE(s.is_ok());
     for (int32_t i = 0; i < 5; ++i) EXPECT_EQ(s->stages[static_cast<size_t>(i)].start, i);
-    EXPECT_FALSE(plan_layer_split(*heavy, 5, 6).is_ok()) << "more stages than layers";
+    EXPECT_FALSE(plan_layer_split(*heavy, 5, 6, split_balance::weight_bytes).is_ok()) << "more stages than layers";
 }
 
 // Balanced by compute, a stage counts multiply-adds per token (elements), not bytes: 6
@@ -366,7 +366,7 @@ TEST(split_plan, ByComputeCountsMultiplyAddsPerToken) {
         return parse(w);
     };
     auto f = layers(false);
-    auto by_bytes = plan_layer_split(*f, 6, 2);
+    auto by_bytes = plan_layer_split(*f, 6, 2, split_balance::weight_bytes);
     ASSERT_TRUE(by_bytes.is_ok());
     EXPECT_FALSE(by_bytes->by_compute);
     EXPECT_EQ(by_bytes->stages[0].end, 3);

@@ -11,8 +11,8 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <string>
 #include <limits>
+#include <string>
 
 namespace skippy::gguf {
 namespace {

@@ -34,8 +34,6 @@ void add_scaled_f16(const float * a, const uint8_t * rows, size_t row_stride_byt
 // and all_finite, and the exp approximation the first two share (exp_approx.h).
 float exp_approx(float x);
 void exp_shifted(const float * x, float shift, float * y, int64_t n);
-void exp_shifted_rows(const float * x, int64_t x_stride, const float * shifts, int32_t n_rows, float * y, int64_t y_stride,
-                      int64_t n);
 void swiglu(const float * gate, const float * up, float * out, int64_t n);
 int64_t argmax_first(const float * x, int64_t n);
 bool all_finite(const float * x, int64_t n);

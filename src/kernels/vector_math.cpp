@@ -53,11 +53,6 @@ void exp_shifted(const float * x, float shift, float * y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = exp_approx(x[i] - shift);
 }
 
-void exp_shifted_rows(const float * x, int64_t x_stride, const float * shifts, int32_t n_rows, float * y, int64_t y_stride,
-                      int64_t n) {
-    for (int32_t r = 0; r < n_rows; ++r) exp_shifted(x + r * x_stride, shifts[r], y + r * y_stride, n);
-}
-
 void swiglu(const float * gate, const float * up, float * out, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
         const float g = gate[i];
@@ -94,7 +89,8 @@ void exp_shifted(const float * x, float shift, float * y, int64_t n) {
     scalar::exp_shifted(x, shift, y, n);
 }
 
-// AVX2 runs the rows one by one: its exp_shifted already takes 8 values a vector.
+// AVX-512 runs four rows side by side; the other paths take the rows one by one (AVX2's
+// exp_shifted already takes 8 values a vector).
 void exp_shifted_rows(const float * x, int64_t x_stride, const float * shifts, int32_t n_rows, float * y, int64_t y_stride,
                       int64_t n) {
 #if SKIPPY_KERNELS_AVX2
@@ -102,12 +98,8 @@ void exp_shifted_rows(const float * x, int64_t x_stride, const float * shifts, i
     if (impl == implementation::avx512 || impl == implementation::amx) {
         return avx512::exp_shifted_rows(x, x_stride, shifts, n_rows, y, y_stride, n);
     }
-    if (impl == implementation::avx2) {
-        for (int32_t r = 0; r < n_rows; ++r) avx2::exp_shifted(x + r * x_stride, shifts[r], y + r * y_stride, n);
-        return;
-    }
 #endif
-    scalar::exp_shifted_rows(x, x_stride, shifts, n_rows, y, y_stride, n);
+    for (int32_t r = 0; r < n_rows; ++r) exp_shifted(x + r * x_stride, shifts[r], y + r * y_stride, n);
 }
 
 void swiglu(const float * gate, const float * up, float * out, int64_t n) {

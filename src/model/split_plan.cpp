@@ -8,7 +8,8 @@ namespace {
 
 // From the last layer backwards, each stage takes layers while its cost (the layers'
 // `layer_cost`, the last stage's also `head`) stays within `cap`, and closes early
-// when the layers left are only enough for one per stage still to open. Empty result: `cap` cannot be met with n_stages stages.
+// when the layers left are only enough for one per stage still to open. Empty result:
+// `cap` cannot be met with n_stages stages.
 std::vector<layer_range> cut_within(const std::vector<int64_t> & layer_cost, int64_t head, int32_t n_stages, int64_t cap) {
     const int32_t n_layer = static_cast<int32_t>(layer_cost.size());
     std::vector<layer_range> out;

@@ -615,20 +615,20 @@ TEST(kernels_exp, RowsEqualExpShiftedRowByRow) {
                     for (int64_t i = n; i < stride; ++i) ASSERT_EQ(got[static_cast<size_t>(r * stride + i)], -7.0f) << path << ": wrote in the gap";
                 }
             };
-            std::vector<float> out(x.size(), -7.0f);
-            scalar::exp_shifted_rows(x.data(), stride, shifts.data(), n_rows, out.data(), stride, n);
-            check(out, "scalar");
-            if (cpu_supports(implementation::avx512)) {
-                std::fill(out.begin(), out.end(), -7.0f);
-                avx512::exp_shifted_rows(x.data(), stride, shifts.data(), n_rows, out.data(), stride, n);
-                check(out, "avx512");
+            // Through the dispatcher on every path this CPU has.
+            for (implementation impl : {implementation::scalar, implementation::avx2, implementation::avx512}) {
+                if (!cpu_supports(impl)) continue;
+                const scoped_path path(impl);
+                std::vector<float> out(x.size(), -7.0f);
+                exp_shifted_rows(x.data(), stride, shifts.data(), n_rows, out.data(), stride, n);
+                check(out, active_implementation());
                 // In place: the gaps of x keep x's values.
                 std::vector<float> in_place = x;
-                avx512::exp_shifted_rows(in_place.data(), stride, shifts.data(), n_rows, in_place.data(), stride, n);
+                exp_shifted_rows(in_place.data(), stride, shifts.data(), n_rows, in_place.data(), stride, n);
                 for (int32_t r = 0; r < n_rows; ++r) {
                     for (int64_t i = n; i < stride; ++i) in_place[static_cast<size_t>(r * stride + i)] = -7.0f;
                 }
-                check(in_place, "avx512 in place");
+                check(in_place, active_implementation());
             }
         }
     }

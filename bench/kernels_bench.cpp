@@ -77,6 +77,9 @@ struct shape {
     int64_t n_rows, n_cols;
 };
 const shape k_shapes[] = {{2816, 1024} /* ffn_up/gate */, {1024, 2816} /* ffn_down */, {1024, 1024} /* attn_q/o */};
+// An 8B-class model's (Llama 3.1 8B: n_embd 4096, n_ff 14336): rows of 16 and 56
+// super-blocks, where bench-200m's have 4 and 11.
+const shape k_large_shapes[] = {{4096, 4096} /* attn_q/o */, {4096, 14336} /* ffn_down */};
 
 // A model pass reads each matrix from memory, not from cache: the products cycle over
 // copies of the matrix spanning 256 MiB.
@@ -220,6 +223,19 @@ BENCHMARK(BM_parallel_for_overhead)->Arg(2)->Arg(4)->UseRealTime();
                         ->UseRealTime()
                         ->Unit(benchmark::kMillisecond);
                 }
+            }
+        }
+    }
+    for (tensor_type t : k_types) {
+        for (const shape & s : k_large_shapes) {
+            const std::string dims = std::to_string(s.n_rows) + "x" + std::to_string(s.n_cols);
+            for (int64_t n_tokens : {1, 4, 7, 8, 12, 16}) {
+                benchmark::RegisterBenchmark(("BM_matmul/" + std::string(tensor_type_name(t)) + "/" + dims + "/tokens:" +
+                                              std::to_string(n_tokens) + "/threads:1")
+                                                 .c_str(),
+                                             [=](benchmark::State & st) { matmul_tokens(st, t, s, n_tokens, 1); })
+                    ->UseRealTime()
+                    ->Unit(benchmark::kMillisecond);
             }
         }
     }

@@ -53,6 +53,21 @@ struct iq4_xs_format {
             pair[j] = static_cast<uint32_t>(static_cast<uint16_t>(sc[j])) * 0x10001u;
         }
     }
+    // The stored ls_j (sc_j + 32) as bytes, for both the scales and the bsums
+    // multipliers (scale_offset): low nibbles spread from 4 bytes to 8, the two high
+    // bits of each from scales_h moved to bits 4-5 of its byte.
+    static void scale_bytes(const uint8_t * wb, uint64_t & sc8, uint64_t & m8) {
+        uint64_t l = load_u32(wb + iq4_xs_off_scales_l);
+        l = (l | l << 16) & 0x0000ffff0000ffffull;
+        l = (l | l << 8) & 0x00ff00ff00ff00ffull;  // byte 2i: scales_l[i]
+        uint64_t h = load_u16(wb + iq4_xs_off_scales_h);
+        h = (h | h << 24) & 0x000000ff000000ffull;
+        h = (h | h << 12) & 0x000f000f000f000full;
+        h = (h | h << 6) & 0x0303030303030303ull;  // byte j: (scales_h >> 2j) & 3
+        sc8 = (l & 0x000f000f000f000full) | ((l << 4) & 0x0f000f000f000f00ull) | h << 4;
+        m8 = sc8;
+    }
+    static constexpr int32_t scale_offset = 32;
     static constexpr auto rest = avx2::mul_tile_iq4_xs_q8_k;
 
     // Decode (superblock_kernel::rows16): codes are table + 128 (up to 241, beyond

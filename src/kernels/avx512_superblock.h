@@ -20,9 +20,13 @@
 //                 (two rows per vector, avx512_util.h), 0 for none: where it beats the
 //                 decode tile on BM_matmul
 //   scale_bytes   optional, for run_pairs: void scale_bytes(wb, uint64_t & sc8,
-//                 uint64_t & m8), the 8 sub-block scales and the 8 mins as bytes
-//                 (formats with mins and 8 sub-blocks), so that a pair of rows'
-//                 multipliers come from a few vector instructions, not scalar unpacking
+//                 uint64_t & m8), for formats of 8 sub-blocks: the 8 sub-block scales
+//                 and the 8 bsums multipliers (the mins, or with a bias the scales
+//                 again) as bytes, each scale_offset above its value, so that a pair of
+//                 rows' multipliers come from a few vector instructions, not scalar
+//                 unpacking
+//   scale_offset  with scale_bytes (optional, 0 if absent): what the bytes exceed the
+//                 multipliers by (IQ4_XS's stored 6-bit scales are sc_j + 32)
 //   prescaled     optional, true: codes() gives code * sc_j (each still a byte) and
 //                 scales() gives sc_j = 1, so no product is multiplied by a scale
 // and for decode (rows16 below):
@@ -423,6 +427,13 @@ struct superblock_kernel {
         }
     }();
     static constexpr bool has_scale_bytes = requires(const uint8_t * p, uint64_t & a) { W::scale_bytes(p, a, a); };
+    static constexpr int32_t scale_offset = [] {
+        if constexpr (requires { W::scale_offset; }) {
+            return static_cast<int32_t>(W::scale_offset);
+        } else {
+            return int32_t{0};
+        }
+    }();
     static constexpr bool has_split_mins = requires { W::split_mins_from; };
     template <int NT>
     static constexpr bool split_mins = [] {
@@ -493,9 +504,11 @@ struct superblock_kernel {
                     uint64_t sc_a, m_a, sc_b, m_b;
                     W::scale_bytes(w[2 * r] + b * wbb, sc_a, m_a);
                     W::scale_bytes(w[2 * r + 1] + b * wbb, sc_b, m_b);
-                    _mm512_store_si512(sc_pairs[r], interleave_bytes(sc_a, sc_b));
-                    const __m512i m = interleave_bytes(m_a, m_b);
-                    _mm512_store_si512(min_pairs[r], _mm512_or_si512(m, _mm512_slli_epi32(m, 16)));
+                    const __m512i offset = _mm512_set1_epi32(scale_offset);
+                    _mm512_store_si512(sc_pairs[r], _mm512_sub_epi32(interleave_bytes(sc_a, sc_b), offset));
+                    const __m512i m = _mm512_sub_epi32(interleave_bytes(m_a, m_b), offset);
+                    // Both int16 halves m (a negative m's high bits cleared from the low half).
+                    _mm512_store_si512(min_pairs[r], _mm512_or_si512(_mm512_and_si512(m, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(m, 16)));
                 }
             }
             // Two rows per vector: their codes interleaved by dword (interleave_dwords),

@@ -508,7 +508,8 @@ struct superblock_kernel {
                     _mm512_store_si512(sc_pairs[r], _mm512_sub_epi32(interleave_bytes(sc_a, sc_b), offset));
                     const __m512i m = _mm512_sub_epi32(interleave_bytes(m_a, m_b), offset);
                     // Both int16 halves m (a negative m's high bits cleared from the low half).
-                    _mm512_store_si512(min_pairs[r], _mm512_or_si512(_mm512_and_si512(m, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(m, 16)));
+                    const __m512i low = _mm512_and_si512(m, _mm512_set1_epi32(0xffff));
+                    _mm512_store_si512(min_pairs[r], _mm512_or_si512(low, _mm512_slli_epi32(m, 16)));
                 }
             }
             // Two rows per vector: their codes interleaved by dword (interleave_dwords),

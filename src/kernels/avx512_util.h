@@ -49,6 +49,7 @@
 #pragma GCC diagnostic pop
 #endif
 
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -572,7 +573,13 @@ struct reduce16_pairs {
 // lanes 2t, 2t + 1 are two adjacent outputs of token t, so an 8 x 8 transpose of 64-bit
 // elements turns 16 rows' vectors into each token's 16 outputs.
 // A format opts in with K::pair_min_tokens, the fewest tokens for which this beats the
-// decode tile on it (measured with BM_matmul; 0 or absent: never).
+// decode tile on it (measured with BM_matmul; 0 or absent: never). Only rows of at
+// most one chunk of blocks take it: it took longer rows a chunk after another with the
+// partial sums kept in y, and there the decode tile was faster. BM_matmul, one
+// thread, Zen 4, 6 interleaved rounds, 4096x4096 (16 blocks a row): Q4_K 7 tokens
+// 1.40-1.55 ms against 1.70-2.39, 8 tokens 1.54-1.87 against 1.68-2.26; IQ4_XS 7
+// tokens 1.40-1.66 against 1.68-2.01. Rows of 4 blocks (2816x1024) keep it: even or
+// faster there.
 constexpr int64_t k_pair_max_tokens = 8;
 
 template <typename K>
@@ -592,47 +599,41 @@ inline __m512i paired_token_offsets(size_t xq_row_bytes, int64_t m) {
                               _mm512_set1_epi32(static_cast<int32_t>(xq_row_bytes)));
 }
 
-// m (at most k_pair_max_tokens) tokens from xq x all rows, in blocks of 16 rows
-// (8 vectors); an odd last row is paired with itself and its copy dropped. Partial sums
-// between chunks of blocks are kept in y, as run_groups keeps them.
+// m (at most k_pair_max_tokens) tokens from xq x all rows of nb blocks, in blocks of
+// 16 rows (8 vectors); an odd last row is paired with itself and its copy dropped.
+// REQUIRES: 0 < nb <= K::chunk_blocks (the rows mul_tile_driver gives it: one token
+// group covers them).
 template <typename K>
 void run_pairs(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes, int64_t m,
                int64_t nb, float * y, int64_t y_stride) {
+    assert(nb > 0 && nb <= K::chunk_blocks);
     constexpr int R = 4;  // vectors (8 rows) per micro-kernel call
-    const __m512i offsets = paired_token_offsets(xq_row_bytes, m);
-    for (int64_t b0 = 0; b0 < nb; b0 += K::chunk_blocks) {
-        const int64_t b1 = b0 + K::chunk_blocks < nb ? b0 + K::chunk_blocks : nb;
-        alignas(64) typename K::token_group group;
-        K::prepare(group, xq, offsets, b0, b1);
-        const typename K::token_group * gp[1] = {&group};
-        for (int64_t r0 = 0; r0 < n_rows; r0 += 16) {
-            const int64_t nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
-            const __mmask16 rows_mask = static_cast<__mmask16>((1u << nr) - 1u);
-            const auto row = [&](int64_t i) { return w + static_cast<size_t>(r0 + (i < nr ? i : nr - 1)) * w_row_bytes; };
-            prefetch_stream pf(w, w_row_bytes, n_rows, r0, static_cast<size_t>(b0) * K::wbb, static_cast<size_t>(b1 - b0) * K::wbb);
-            __m512 v[8];
-            for (int t = 0; t < 8; ++t) {
-                v[t] = b0 > 0 && t < m ? _mm512_maskz_loadu_ps(rows_mask, y + t * y_stride + r0) : _mm512_setzero_ps();
-            }
-            if (b0 > 0) transpose_elements<8>(v);
-            __m512 acc[8][1];
-            for (int p = 0; p < 8; ++p) acc[p][0] = v[p];
-            const int64_t n_vectors = (nr + 1) / 2;
-            int64_t p = 0;
-            for (; p + R <= n_vectors; p += R) {
-                const uint8_t * rows[2 * R];
-                for (int i = 0; i < 2 * R; ++i) rows[i] = row(2 * p + i);
-                K::template tokens<R, 1, 2>(rows, gp, b0, b1, acc + p, pf);
-            }
-            for (; p < n_vectors; ++p) {
-                const uint8_t * rows[2] = {row(2 * p), row(2 * p + 1)};
-                K::template tokens<1, 1, 2>(rows, gp, b0, b1, acc + p, pf);
-            }
-            for (int q = 0; q < 8; ++q) v[q] = acc[q][0];
-            transpose_elements<8>(v);
-            for (int t = 0; t < m; ++t) _mm512_mask_storeu_ps(y + t * y_stride + r0, rows_mask, v[t]);
-            pf.finish();
+    alignas(64) typename K::token_group group;
+    K::prepare(group, xq, paired_token_offsets(xq_row_bytes, m), 0, nb);
+    const typename K::token_group * gp[1] = {&group};
+    for (int64_t r0 = 0; r0 < n_rows; r0 += 16) {
+        const int64_t nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
+        const __mmask16 rows_mask = static_cast<__mmask16>((1u << nr) - 1u);
+        const auto row = [&](int64_t i) { return w + static_cast<size_t>(r0 + (i < nr ? i : nr - 1)) * w_row_bytes; };
+        prefetch_stream pf(w, w_row_bytes, n_rows, r0, 0, static_cast<size_t>(nb) * K::wbb);
+        __m512 acc[8][1];
+        for (int p = 0; p < 8; ++p) acc[p][0] = _mm512_setzero_ps();
+        const int64_t n_vectors = (nr + 1) / 2;
+        int64_t p = 0;
+        for (; p + R <= n_vectors; p += R) {
+            const uint8_t * rows[2 * R];
+            for (int i = 0; i < 2 * R; ++i) rows[i] = row(2 * p + i);
+            K::template tokens<R, 1, 2>(rows, gp, 0, nb, acc + p, pf);
         }
+        for (; p < n_vectors; ++p) {
+            const uint8_t * rows[2] = {row(2 * p), row(2 * p + 1)};
+            K::template tokens<1, 1, 2>(rows, gp, 0, nb, acc + p, pf);
+        }
+        __m512 v[8];
+        for (int q = 0; q < 8; ++q) v[q] = acc[q][0];
+        transpose_elements<8>(v);
+        for (int t = 0; t < m; ++t) _mm512_mask_storeu_ps(y + t * y_stride + r0, rows_mask, v[t]);
+        pf.finish();
     }
 }
 
@@ -663,7 +664,7 @@ void mul_tile_driver(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, cons
     if (t < n_tokens) {
         if constexpr (k_pair_min_tokens<K> > 0) {
             // (nb == 0: no block to add up; decode_tile writes the zeros vec_dot gives.)
-            if (n_tokens - t >= k_pair_min_tokens<K> && n_tokens - t <= k_pair_max_tokens && nb > 0) {
+            if (n_tokens - t >= k_pair_min_tokens<K> && n_tokens - t <= k_pair_max_tokens && nb > 0 && nb <= K::chunk_blocks) {
                 run_pairs<K>(w, w_row_bytes, n_rows, xq + static_cast<size_t>(t) * xq_row_bytes, xq_row_bytes, n_tokens - t, nb,
                              y + t * y_stride, y_stride);
                 return;

@@ -151,7 +151,9 @@ TEST_P(path_per_type, MulTileOfAnyShapeEqualsVecDotBitwise) {
 
 // Decode's tiles (1 to 3 tokens, and batched decode steps of up to 8, which the
 // AVX-512 path takes as even groups of up to 4 on each 16 rows, or for some formats
-// from 6 or 7 tokens as paired rows (run_pairs); 9 is a prefill group again; rows 16 at a time and 32-value blocks in pairs): every block count from 1 (a lone block,
+// from 7 tokens as paired rows (run_pairs) where a row is at most one chunk of blocks
+// (4 super-blocks; 5 and 9 are past it); 9 tokens is a prefill group again; rows 16 at
+// a time and 32-value blocks in pairs): every block count from 1 (a lone block,
 // an odd last one) up, groups of 16 rows with and without rows past them, each output
 // exactly the scalar vec_dot's bits and nothing written outside the tile.
 TEST_P(path_per_type, DecodeTilesOfEveryBlockCountEqualVecDotBitwise) {

@@ -3,6 +3,7 @@
 #include "chat/chat.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "gguf/gguf.h"
 #include "http/access.h"
 #include "http/server.h"
 #include "runtime/pipeline.h"
@@ -53,12 +54,13 @@ struct serve_options {
 };
 
 // Whether a stage running `layers` of an `n_layer` model runs tensor `name`: the blocks
-// of its layers, the embeddings when it starts at layer 0, the output norm and head when
-// it ends at the last layer (as model_slice binds them).
+// of its layers (not a name that only looks like a block's), the embeddings when it
+// starts at layer 0, the output norm and head when it ends at the last layer (as
+// model_slice binds them).
 bool runs_tensor(const std::string & name, layer_range layers, int32_t n_layer) {
-    if (name.rfind("blk.", 0) == 0) {
-        const int64_t il = std::atoll(name.c_str() + 4);
-        return il >= layers.start && il < layers.end;
+    if (name.starts_with("blk.")) {
+        const int32_t il = gguf::block_index(name);
+        return il >= layers.start && il < layers.end;  // -1: below every range
     }
     if (name.rfind("token_embd", 0) == 0) return layers.start == 0;
     if (name.rfind("output", 0) == 0) return layers.end >= n_layer;

@@ -2,6 +2,7 @@
 
 #include "base/byte_io.h"
 #include "cache/digest.h"
+#include "gguf/gguf.h"
 #include "kernels/kernels.h"
 
 #include <algorithm>
@@ -29,10 +30,13 @@ std::string model_identity(const gguf::file & file, layer_range layers) {
         w.put_u64(t.offset);
     }
     h.update(buf);
+    // Embeddings, norms and head are shared by every identity; a block's tensor belongs
+    // to its layer's, and a name that only looks like one ("blk.x", an index past int32)
+    // to none (no stage runs it; the table above still covers it).
     auto in_range = [&](const std::string & name) {
-        if (name.rfind("blk.", 0) != 0) return true;  // embeddings, norms, head: shared by every identity
-        const int64_t il = std::atoll(name.c_str() + 4);
-        return il >= layers.start && il < layers.end;
+        if (!name.starts_with("blk.")) return true;
+        const int32_t il = gguf::block_index(name);
+        return il >= layers.start && il < layers.end;  // -1: below every range
     };
     for (const auto & t : file.tensors()) {
         if (!in_range(t.name)) continue;

@@ -504,12 +504,15 @@ struct superblock_kernel {
                     uint64_t sc_a, m_a, sc_b, m_b;
                     W::scale_bytes(w[2 * r] + b * wbb, sc_a, m_a);
                     W::scale_bytes(w[2 * r + 1] + b * wbb, sc_b, m_b);
-                    const __m512i offset = _mm512_set1_epi32(scale_offset);
-                    _mm512_store_si512(sc_pairs[r], _mm512_sub_epi32(interleave_bytes(sc_a, sc_b), offset));
-                    const __m512i m = _mm512_sub_epi32(interleave_bytes(m_a, m_b), offset);
-                    // Both int16 halves m (a negative m's high bits cleared from the low half).
-                    const __m512i low = _mm512_and_si512(m, _mm512_set1_epi32(0xffff));
-                    _mm512_store_si512(min_pairs[r], _mm512_or_si512(low, _mm512_slli_epi32(m, 16)));
+                    __m512i scales = interleave_bytes(sc_a, sc_b), m = interleave_bytes(m_a, m_b), low = m;
+                    if constexpr (scale_offset != 0) {
+                        const __m512i offset = _mm512_set1_epi32(scale_offset);
+                        scales = _mm512_sub_epi32(scales, offset);
+                        m = _mm512_sub_epi32(m, offset);
+                        low = _mm512_and_si512(m, _mm512_set1_epi32(0xffff));  // a negative m's high bits out of the low half
+                    }
+                    _mm512_store_si512(sc_pairs[r], scales);
+                    _mm512_store_si512(min_pairs[r], _mm512_or_si512(low, _mm512_slli_epi32(m, 16)));  // m in both int16 halves
                 }
             }
             // Two rows per vector: their codes interleaved by dword (interleave_dwords),

@@ -614,7 +614,8 @@ activation_restore_result stage_cache::restore_with_activation(const activation_
 // ---------------------------------------------------------------------------------
 // Admission and demotion
 
-admission_result stage_cache::make_room_for_write(int32_t session, int64_t pos_start, int64_t n_tokens) {
+admission_result stage_cache::make_room_for_write(int32_t session, int64_t pos_start, int64_t n_tokens,
+                                                  const std::function<status()> & write) {
     admission_result out;
     int64_t n_demoted = 0;
     int32_t stage_index = 0;
@@ -624,6 +625,7 @@ admission_result stage_cache::make_room_for_write(int32_t session, int64_t pos_s
         if (!needed.is_ok()) {
             out.error = needed.error().code();
             out.n_free_blocks = backend_.n_free_blocks();
+            if (write) out.write_status = write();  // it reports what is wrong with the write
             return out;
         }
         out.needed_blocks = *needed;
@@ -638,6 +640,9 @@ admission_result stage_cache::make_room_for_write(int32_t session, int64_t pos_s
             out.n_free_blocks = backend_.n_free_blocks();
             out.enough = out.n_free_blocks >= out.needed_blocks;
         }
+        // Still under the lock restores allocate under (import_locked): the write takes
+        // the room made here before a restore on another session can.
+        if (write) out.write_status = write();
         // Every namespace of one cache names the same stage; an eviction implies one.
         if (!namespaces_.empty()) stage_index = namespaces_.begin()->second.stage_index;
     }

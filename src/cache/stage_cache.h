@@ -185,6 +185,7 @@ struct admission_result {
     bool       enough = false;  // n_free_blocks >= needed_blocks
     error_code error = error_code::ok;
     int64_t    n_lost = 0;      // evicted entries no other tier holds (neither demoted nor already there)
+    status     write_status;    // what the write returned (ok when none was given)
 };
 
 // One tier's numbers for /metrics (docs/metrics.md): name "resident", "exact_state",
@@ -261,8 +262,13 @@ public:
     activation_restore_result restore_with_activation(const activation_restore_request & req);
 
     // Before a forward writes positions [pos_start, pos_start + n_tokens) of the session:
-    // evicts unreferenced resident entries until the pool can hold the write.
-    admission_result make_room_for_write(int32_t session, int64_t pos_start, int64_t n_tokens);
+    // evicts unreferenced resident entries until the pool can hold the write. `write`,
+    // when given, is the write itself (it takes the blocks); it runs under the lock the
+    // restores import under, so no restore on another session takes the room between the
+    // eviction and the write. Its status is the result's write_status, whether or not
+    // room was found (a write that does not fit reports the full pool itself).
+    admission_result make_room_for_write(int32_t session, int64_t pos_start, int64_t n_tokens,
+                                         const std::function<status()> & write = nullptr);
 
     // Tokens whose KV the session now holds (after their forward succeeded): a
     // prefilled chunk, or a decoded token, so the record at Stop covers the answer too.

@@ -48,6 +48,8 @@ public:
     const kv_geometry & geometry() const { return geometry_; }
     int64_t n_blocks() const { return n_blocks_; }
     int64_t n_free() const;
+    // Blocks allocate() has handed out since the pool was made.
+    int64_t n_allocations() const;
 
     // A free block with refcount 1; unavailable when the pool is exhausted.
     result<kv_block_id> allocate();
@@ -70,6 +72,7 @@ private:
     size_t                  mapped_bytes_ = 0;
     mutable std::mutex      mutex_;
     std::vector<int32_t>    refcounts_;
+    int64_t                 n_allocations_ = 0;
     std::vector<kv_block_id> free_;  // LIFO: recently freed blocks are warm in cache
 };
 
@@ -89,7 +92,9 @@ public:
     // pos_start + n (positions after that are dropped). Blocks are allocated as needed
     // and a shared block in the range is copied first. On error (pool exhausted,
     // pos_start > n_tokens()) nothing visible changes except that n_tokens() may have
-    // been truncated to pos_start.
+    // been truncated to pos_start. When the sequence already holds exactly pos_start + n
+    // positions and owns every block from pos_start's on (a repeated call), the blocks
+    // stay as they are: none is released and allocated again.
     status prepare_write(int64_t pos_start, int64_t n);
 
     // Keeps positions [0, n) and releases blocks past them. REQUIRES: n >= 0.
@@ -105,6 +110,8 @@ public:
     uint8_t * v_row(int32_t il, int64_t pos) const { return row(pool_->v_rows(block_of(pos), il), pos); }
 
 private:
+    // Whether blocks [first, end) are referenced by this sequence alone.
+    bool owns_blocks_from(size_t first) const;
     kv_block_id block_of(int64_t pos) const { return blocks_[static_cast<size_t>(pos / pool_->geometry().block_tokens)]; }
     uint8_t * row(uint8_t * base, int64_t pos) const {
         return base + static_cast<size_t>(pos % pool_->geometry().block_tokens) * pool_->geometry().row_bytes();

@@ -31,6 +31,11 @@ int64_t kv_pool::n_free() const {
     return static_cast<int64_t>(free_.size());
 }
 
+int64_t kv_pool::n_allocations() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return n_allocations_;
+}
+
 result<kv_block_id> kv_pool::allocate() {
     std::lock_guard<std::mutex> lock(mutex_);
     if (free_.empty()) {
@@ -39,6 +44,7 @@ result<kv_block_id> kv_pool::allocate() {
     kv_block_id id = free_.back();
     free_.pop_back();
     refcounts_[static_cast<size_t>(id)] = 1;
+    ++n_allocations_;
     return id;
 }
 
@@ -65,10 +71,17 @@ status kv_sequence::prepare_write(int64_t pos_start, int64_t n) {
         return make_error(error_code::invalid_argument, "KV write at position " + std::to_string(pos_start) +
                                                             " leaves a gap after " + std::to_string(n_tokens_) + " tokens");
     }
-    if (pos_start < n_tokens_) truncate(pos_start);
     const int64_t bt = pool_->geometry().block_tokens;
     const int64_t pos_end = pos_start + n;
     const size_t blocks_needed = static_cast<size_t>((pos_end + bt - 1) / bt);
+    // Already prepared for this write (a stage prepares under its cache's admission,
+    // then the model's pass prepares again): the blocks stay. Truncating and
+    // allocating again would put them on the free list for a moment, where a restore
+    // on another thread could take them.
+    if (n > 0 && n_tokens_ == pos_end && blocks_.size() == blocks_needed && owns_blocks_from(static_cast<size_t>(pos_start / bt))) {
+        return status::ok();
+    }
+    if (pos_start < n_tokens_) truncate(pos_start);
 
     // Copy on write: the block holding pos_start may be shared (a cached prefix whose
     // last block is partial, or a shared full block after a truncation).
@@ -92,6 +105,13 @@ status kv_sequence::prepare_write(int64_t pos_start, int64_t n) {
     }
     n_tokens_ = pos_end;
     return status::ok();
+}
+
+bool kv_sequence::owns_blocks_from(size_t first) const {
+    for (size_t i = first; i < blocks_.size(); ++i) {
+        if (pool_->refcount(blocks_[i]) != 1) return false;
+    }
+    return true;
 }
 
 void kv_sequence::truncate(int64_t n) {

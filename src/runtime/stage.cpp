@@ -131,8 +131,9 @@ void stage::forward_batch(std::span<const lane_span> spans, float * x, std::span
         const lane_span & s = spans[i];
         span_status[i] = check_span(s);
         if (span_status[i].is_ok()) {
-            if (write_admission_) write_admission_(s.lane, s.pos_start, s.n_tokens);
-            span_status[i] = lanes_[static_cast<size_t>(s.lane)].kv->prepare_write(s.pos_start, s.n_tokens);
+            kv_sequence & kv = *lanes_[static_cast<size_t>(s.lane)].kv;
+            const kv_write_fn write = [&] { return kv.prepare_write(s.pos_start, s.n_tokens); };
+            span_status[i] = write_admission_ ? write_admission_(s.lane, s.pos_start, s.n_tokens, write) : write();
         }
         if (span_status[i].is_ok()) {
             ready.push_back(s);

@@ -120,11 +120,13 @@ public:
     // in position order (each one's n_tokens says where). A truncation drops them.
     std::vector<recurrent_state> take_captures(int32_t lane);
 
-    // Called inside forward(), under the compute lock, just before the lane's KV is
-    // extended for positions [pos_start, pos_start + n_tokens): a prefix cache evicts
-    // entries here so the write finds free blocks (no other lane can take them in
-    // between). Set once, before the stage serves requests.
-    using write_admission_fn = std::function<void(int32_t lane, int64_t pos_start, int64_t n_tokens)>;
+    // Called inside forward(), under the compute lock, to extend the lane's KV for
+    // positions [pos_start, pos_start + n_tokens): `write` is the extension, and the
+    // admission returns its status. A prefix cache evicts entries and then writes under
+    // the lock its restores allocate under, so that a restore on another lane cannot
+    // take the blocks it freed. Set once, before the stage serves requests.
+    using kv_write_fn = std::function<status()>;
+    using write_admission_fn = std::function<status(int32_t lane, int64_t pos_start, int64_t n_tokens, const kv_write_fn & write)>;
     void set_write_admission(write_admission_fn fn) { write_admission_ = std::move(fn); }
 
 private:

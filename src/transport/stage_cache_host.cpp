@@ -102,8 +102,8 @@ result<std::unique_ptr<stage_cache_host>> stage_cache_host::create(stage & st, c
     config.disk_dir = cache::disk_dir_for_stage(config.disk_dir, stage_index);
     SKIPPY_ASSIGN_OR_RETURN(host->cache_, cache::stage_cache::create(*host->backend_, config, settings.sink));
     cache::stage_cache * cache = host->cache_.get();
-    st.set_write_admission([cache](int32_t lane, int64_t pos_start, int64_t n_tokens) {
-        (void)cache->make_room_for_write(lane, pos_start, n_tokens);  // on failure the write reports the full pool
+    st.set_write_admission([cache](int32_t lane, int64_t pos_start, int64_t n_tokens, const stage::kv_write_fn & write) {
+        return cache->make_room_for_write(lane, pos_start, n_tokens, write).write_status;  // a write that does not fit says so
     });
     return host;
 }

@@ -205,6 +205,47 @@ TEST_F(pool_fixture, DemotedEntryRestoresByteIdentical) {
     check();
 }
 
+// A write admitted by make_room_for_write takes its blocks under the cache's lock; a
+// restore on another session (which imports under that lock) waits, and finds the
+// pool full afterwards instead of taking the room the write was admitted with.
+TEST_F(pool_fixture, ARestoreCannotTakeTheRoomMadeForAWrite) {
+    make(config(0, 1 << 20));  // exact-state only: restores import fresh blocks
+    const toks p = run_of(5, 40);  // 10 blocks
+    prefill_and_record(0, p);
+    cache->wait_for_records();
+    s0.clear();
+    compute(s2, 0, run_of(60, 152), 152);  // 38 blocks: room for one of the two below
+    ASSERT_EQ(pool.n_free(), 10);
+
+    std::atomic<bool> restore_started{false}, restore_done{false};
+    bool done_before_write = true;
+    restore_result r;
+    std::thread other;
+    const admission_result a = cache->make_room_for_write(0, 0, 40, [&] {
+        other = std::thread([&] {
+            restore_started = true;
+            r = cache->restore({ns, 1, p, 39});
+            restore_done = true;
+        });
+        while (!restore_started) std::this_thread::yield();
+        // Long enough for a restore of 10 small pages to finish if it could get in.
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        done_before_write = restore_done;
+        return s0.prepare_write(0, 40);
+    });
+    other.join();
+    EXPECT_FALSE(done_before_write) << "the restore ran between the admission and the write";
+    EXPECT_TRUE(a.enough);
+    EXPECT_TRUE(a.write_status.is_ok()) << a.write_status.to_string();
+    EXPECT_EQ(s0.n_tokens(), 40);
+    // The restore found no room: a clean error, and its session is left empty.
+    EXPECT_EQ(r.outcome, lookup_outcome::error);
+    EXPECT_EQ(r.error, error_code::unavailable);
+    EXPECT_EQ(s1.n_tokens(), 0);
+    EXPECT_EQ(pool.n_free(), 0);
+    check();
+}
+
 // Two lanes on two threads share one cache; the worker exports snapshots while the
 // lanes keep writing, truncating and reusing blocks. Every restore must be exact.
 TEST_F(pool_fixture, LanesAndTheRecordWorkerRunConcurrently) {

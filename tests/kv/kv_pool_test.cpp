@@ -115,6 +115,42 @@ TEST(kv_sequence, RewritingEarlierPositionsDropsLaterOnes) {
     check_invariants(pool);
 }
 
+// A repeated prepare of the same write (a stage prepares under its cache's admission,
+// then the model's pass again) keeps the blocks: none goes back to the free list, where
+// another thread could take it, and the pool is never asked again.
+TEST(kv_sequence, RepeatedPrepareKeepsTheBlocks) {
+    kv_pool pool(one_layer_geometry(), 3);
+    kv_sequence s(pool);
+    ASSERT_TRUE(s.prepare_write(0, 6).is_ok());
+    write_pos(s, 1, 1.0f);
+    ASSERT_TRUE(s.prepare_write(2, 8).is_ok());  // 3 blocks: the pool is full
+    const std::vector<kv_block_id> before = s.blocks();
+    const int64_t allocations_before = pool.n_allocations();
+    ASSERT_EQ(pool.n_free(), 0);
+    ASSERT_TRUE(s.prepare_write(2, 8).is_ok());
+    EXPECT_EQ(s.blocks(), before);
+    EXPECT_EQ(pool.n_allocations(), allocations_before);
+    EXPECT_EQ(s.n_tokens(), 10);
+    EXPECT_EQ(read_k(s, 1), 1.0f);
+    check_invariants(pool);
+}
+
+// A repeat whose blocks are shared is no repeat: the shared ones are copied as ever.
+TEST(kv_sequence, RepeatedPrepareOverASharedBlockStillCopies) {
+    kv_pool pool(one_layer_geometry(), 5);
+    kv_sequence owner(pool), reader(pool);
+    ASSERT_TRUE(owner.prepare_write(0, 6).is_ok());
+    write_pos(owner, 4, 4.0f);
+    reader.share_from(owner.blocks(), 6);
+    const int64_t allocations_before = pool.n_allocations();
+    ASSERT_TRUE(owner.prepare_write(5, 1).is_ok());  // 6 tokens as before, but b1 is shared
+    EXPECT_EQ(pool.n_allocations(), allocations_before + 1);
+    EXPECT_NE(owner.blocks()[1], reader.blocks()[1]);
+    EXPECT_EQ(read_k(owner, 4), 4.0f);
+    EXPECT_EQ(pool.refcount(reader.blocks()[1]), 1);
+    check_invariants(pool);
+}
+
 TEST(kv_sequence, SharedPartialBlockIsCopiedOnWrite) {
     kv_pool pool(one_layer_geometry(), 5);
     kv_sequence owner(pool);

@@ -263,13 +263,24 @@ TEST_F(pool_fixture, LanesAndTheRecordWorkerRunConcurrently) {
                 ADD_FAILURE() << "lane " << s << " request " << i << " restored wrong KV";
                 return;
             }
-            if (!cache->make_room_for_write(s, r.restored_tokens, n - r.restored_tokens + 2).enough) continue;
+            // Each write takes its blocks inside its admission, as a stage's does, so the
+            // other lane's restore cannot take them in between: with at most 18 of the
+            // 48 blocks held by the lanes and a running record, every write fits.
+            // compute() then finds them prepared.
+            const auto admit = [&](int64_t from, int64_t count) {
+                const status st =
+                    cache->make_room_for_write(s, from, count, [&] { return seq(s).prepare_write(from, count); }).write_status;
+                if (!st.is_ok()) ADD_FAILURE() << "lane " << s << " request " << i << ": " << st.to_string();
+                return st.is_ok();
+            };
+            if (!admit(r.restored_tokens, n - r.restored_tokens)) return;
             compute(seq(s), r.restored_tokens, p, n);
             cache->note_prefill(s, r.restored_tokens, toks(p.begin() + r.restored_tokens, p.end()));
             cache->record(ns, s, record_reason::final_prefill);
             toks decoded = p;
             decoded.push_back(99);
             decoded.push_back(98);
+            if (!admit(n, 2)) return;
             compute(seq(s), n, decoded, n + 2);  // decode writes into the recorded tail
             cache->record(ns, s, record_reason::stop);
             cache->reset_session(s);

@@ -129,7 +129,7 @@ struct block32_kernel {
     // with itself and its second result dropped.
     template <int NT>
     static void rows16(const row_group & rows, const uint8_t * const x[NT], int64_t nb, const uint8_t * next, __m512 acc[NT]) {
-        #pragma GCC unroll 4
+        #pragma GCC unroll 8
         for (int i = 0; i < NT; ++i) acc[i] = _mm512_setzero_ps();
         int64_t b = 0;
         for (; b + 2 <= nb; b += 2) {
@@ -148,7 +148,7 @@ struct block32_kernel {
         const int64_t off = b * static_cast<int64_t>(wbb);
         const __m512i ones = _mm512_set1_epi8(1);
         __m512i xv[NT], start[NT];
-        #pragma GCC unroll 4
+        #pragma GCC unroll 8
         for (int i = 0; i < NT; ++i) {
             xv[i] = _mm512_inserti64x4(_mm512_castsi256_si512(loadu_256(x[i] + b * xbb + x_off_qs)),
                                        loadu_256(x[i] + b1 * xbb + x_off_qs), 1);
@@ -168,7 +168,7 @@ struct block32_kernel {
                 scale[0].add_pair(k, p0 + W::off_scale, p1 + W::off_scale);
                 if constexpr (Pair) scale[1].add_pair(k, p0 + step + W::off_scale, p1 + step + W::off_scale);
                 const __m512i c0 = W::codes2(p0, p0 + step), c1 = W::codes2(p1, p1 + step);
-                #pragma GCC unroll 4
+                #pragma GCC unroll 8
                 for (int i = 0; i < NT; ++i) {
                     red[i].add_pair(k, _mm512_dpbusd_epi32(start[i], c0, xv[i]), _mm512_dpbusd_epi32(start[i], c1, xv[i]));
                 }
@@ -176,17 +176,17 @@ struct block32_kernel {
             [&](int h, int q) __attribute__((always_inline)) {
                 scale[0].add_quad(2 * h + q);
                 if constexpr (Pair) scale[1].add_quad(2 * h + q);
-                #pragma GCC unroll 4
+                #pragma GCC unroll 8
                 for (int i = 0; i < NT; ++i) red[i].add_quad(q);
             },
             [&](int h) __attribute__((always_inline)) {
-                #pragma GCC unroll 4
+                #pragma GCC unroll 8
                 for (int i = 0; i < NT; ++i) halves[i][h] = red[i].half();
             });
         __m512 dw[2], mw[2];
         W::scales16(scale[0].vec(), dw[0], mw[0]);
         if constexpr (Pair) W::scales16(scale[1].vec(), dw[1], mw[1]);
-        #pragma GCC unroll 4
+        #pragma GCC unroll 8
         for (int i = 0; i < NT; ++i) {
             __m512i sumi[2];
             reduce16_pairs::finish(halves[i][0], halves[i][1], sumi[0], sumi[1]);

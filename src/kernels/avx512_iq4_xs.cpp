@@ -117,7 +117,7 @@ struct iq4_xs_format {
                                                                4 * h + 2, 4 * h + 2, 4 * h + 2, 4 * h + 2, 4 * h + 3, 4 * h + 3, 4 * h + 3, 4 * h + 3),
                                              ls);
         }
-        #pragma GCC unroll 4
+        #pragma GCC unroll 8
         for (int i = 0; i < NT; ++i) {
             __m512i acc = _mm512_setzero_si512();
             #pragma GCC unroll 2

@@ -93,7 +93,7 @@ struct q2_k_format {
             const __m512i index = code_index(k == 0 ? qs : _mm512_srli_epi16(qs, 2 * k), _mm512_set1_epi8(static_cast<char>(4 * k)));
             c[k] = _mm512_shuffle_epi8(table, index);
         }
-        #pragma GCC unroll 4
+        #pragma GCC unroll 8
         for (int i = 0; i < NT; ++i) {
             __m512i isum = _mm512_setzero_si512();
             #pragma GCC unroll 4

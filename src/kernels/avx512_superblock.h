@@ -155,7 +155,7 @@ template <int NT>
 [[gnu::always_inline]] inline void sub16_row_sums(const __m512i c[4], __m512i sc, const sub16_decode_x * xd, __m512i * out) {
     __m512i ct[4];
     transpose_dwords4(c, ct);
-    #pragma GCC unroll 4
+    #pragma GCC unroll 8
     for (int i = 0; i < NT; ++i) {
         __m512i acc = xd[i].bias_t;
         #pragma GCC unroll 4
@@ -272,7 +272,7 @@ template <int NT, bool High>
     }
     const __m128i m8v = _mm_cvtsi64_si128(static_cast<int64_t>(m8));
     const __m256i m = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8v, m8v));
-    #pragma GCC unroll 4
+    #pragma GCC unroll 8
     for (int i = 0; i < NT; ++i) {
         out[i] = isum_imin(scaled_products(_mm512_setzero_si512(), c, mult, xd[i].q), _mm256_madd_epi16(xd[i].bsums, m));
     }
@@ -314,7 +314,7 @@ template <int NT, bool High>
             c[v] = _mm512_mask_add_epi8(c[v], high, c[v], _mm512_set1_epi8(0x10));
         }
     }
-    #pragma GCC unroll 4
+    #pragma GCC unroll 8
     for (int i = 0; i < NT; ++i) {
         if constexpr (High) {
             const __m512i a0 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), c[0], xd[i].dq[0]), c[1], xd[i].dq[1]);
@@ -632,7 +632,7 @@ struct superblock_kernel {
         requires requires { typename W::decode_x; }
     static void rows16(const row_group & rows, const uint8_t * const x[NT], int64_t nb, const uint8_t * next, __m512 acc[NT]) {
         constexpr bool apart = split_mins<NT>;
-        #pragma GCC unroll 4
+        #pragma GCC unroll 8
         for (int i = 0; i < NT; ++i) acc[i] = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
             // The next rows' block goes a pair of rows' worth (2 blocks) at each pair of
@@ -643,7 +643,7 @@ struct superblock_kernel {
             int pair_index = 0;
             typename W::decode_x xd[NT];
             qword_collector16 mins;
-            #pragma GCC unroll 4
+            #pragma GCC unroll 8
             for (int i = 0; i < NT; ++i) {
                 if constexpr (has_split_mins) {
                     W::template x_decode<NT>(x[i] + b * xbb, xd[i]);
@@ -671,17 +671,17 @@ struct superblock_kernel {
                         W::template row_decode<NT>(p0, xd, o0);
                         W::template row_decode<NT>(p1, xd, o1);
                     }
-                    #pragma GCC unroll 4
+                    #pragma GCC unroll 8
                     for (int i = 0; i < NT; ++i) red[i].add_pair(k, o0[i], o1[i]);
                 },
                 [&](int h, int q) __attribute__((always_inline)) {
                     scale.add_quad(2 * h + q);
                     if constexpr (apart) mins.add_quad(q);
-                    #pragma GCC unroll 4
+                    #pragma GCC unroll 8
                     for (int i = 0; i < NT; ++i) red[i].add_quad(q);
                 },
                 [&](int h) __attribute__((always_inline)) {
-                    #pragma GCC unroll 4
+                    #pragma GCC unroll 8
                     for (int i = 0; i < NT; ++i) halves[i][h] = red[i].half();
                     if constexpr (apart) mins.add_half(h);
                 });
@@ -689,7 +689,7 @@ struct superblock_kernel {
             W::scales16(scale.vec(), dw, dmin);
             __m512i min_pairs[apart ? 4 : 1];
             if constexpr (apart) k4_mins16(mins, min_pairs);
-            #pragma GCC unroll 4
+            #pragma GCC unroll 8
             for (int i = 0; i < NT; ++i) {
                 __m512i lo, hi;
                 reduce16_pairs::finish(halves[i][0], halves[i][1], lo, hi);

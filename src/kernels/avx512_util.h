@@ -398,8 +398,8 @@ void run_groups(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uin
 
 // Decode: the tokens a prefill tile leaves (up to k_decode_max_batch_tokens: decode is
 // one token, a batched decode step a few; run_pairs below takes some formats' steps of
-// 7 or 8), in groups of at most 4 (decode_tile below),
-// in 512-bit vectors, one weight row per int32 lane at the end.
+// 7 or 8), all in one group (decode_tile below), in 512-bit vectors, one weight row per
+// int32 lane at the end.
 //
 // K provides rows16<NT>(rows, x, nb, next, acc): the outputs of the 16 weight rows
 // `rows` and NT tokens (x[i] their activation rows), acc[i] lane j = row j's output for
@@ -411,7 +411,15 @@ void run_groups(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uin
 // that do not fill a group of 16 go to K::rest (the AVX2 tile; the matmul shares rows
 // out in multiples of 16, so only odd shapes have them).
 constexpr int64_t k_decode_rows = 16;
-constexpr int64_t k_decode_max_tokens = 4;
+// The tokens of one group: each block of a row is unpacked once for all of them. Groups
+// of at most 4 (8 tokens as 4 + 4) unpacked every row twice for a step of 5 to 8; one
+// group of up to 8 keeps more partial sums than registers, and the spills cost less than
+// the second unpacking. BM_matmul, one thread, Xeon (Emerald Rapids), 3 interleaved
+// rounds, 8 tokens, ms: Q6_K 1024x2816 0.32-0.37 against 0.40-0.42, Q8_0 0.45-0.47
+// against 0.53-0.63, Q6_K 4096x4096 1.76-1.84 against 2.28-2.34, Q8_0 2.47-2.69
+// against 3.02-3.04; Q4_K 4096x4096, 7 tokens, 1.34-1.42 against 1.66-2.03; 6 tokens
+// 20-30% faster; 1 and 4 tokens unchanged. Not measured on AMD cores.
+constexpr int64_t k_decode_max_tokens = 8;
 
 template <typename K>
 constexpr bool k_has_rows16 = requires { &K::template rows16<1>; };
@@ -487,41 +495,32 @@ template <typename K, int NT>
                                                   int64_t r0, float * y, int64_t y_stride) {
     __m512 acc[NT];
     K::template rows16<NT>(rows, x, nb, next, acc);
-    #pragma GCC unroll 4
+    #pragma GCC unroll 8
     for (int i = 0; i < NT; ++i) _mm512_storeu_ps(y + i * y_stride + r0, acc[i]);
 }
 
-// Tokens in groups of up to k_decode_max_tokens (each weight row unpacked once for a
-// group); the groups take turns on each 16 rows while those are in cache, so a batched
-// decode step of a few tokens reads the weights from memory once.
+// Up to k_decode_max_tokens tokens, in one group (each weight row unpacked once for
+// all of them), so a batched decode step reads and unpacks the weights once.
 template <typename K>
 void decode_tile(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint8_t * xq, size_t xq_row_bytes,
                  int64_t n_tokens, int64_t n, float * y, int64_t y_stride) {
+    assert(n_tokens >= 1 && n_tokens <= k_decode_max_tokens);
     const int64_t nb = n / K::block_elems;
+    const uint8_t * x[k_decode_max_tokens];
+    for (int64_t i = 0; i < k_decode_max_tokens; ++i) x[i] = xq + static_cast<size_t>(i < n_tokens ? i : 0) * xq_row_bytes;
     int64_t r0 = 0;
     for (; r0 + k_decode_rows <= n_rows; r0 += k_decode_rows) {
         const row_group rows(w + static_cast<size_t>(r0) * w_row_bytes, static_cast<int64_t>(w_row_bytes));
         const uint8_t * next = r0 + 2 * k_decode_rows <= n_rows ? w + static_cast<size_t>(r0 + k_decode_rows) * w_row_bytes : nullptr;
-        // Groups as even as possible (6 tokens: 3 + 3, not 4 + 2): a group of one or two
-        // tokens leaves the unpacking of each block to too few dot products.
-        const int64_t n_groups = (n_tokens + k_decode_max_tokens - 1) / k_decode_max_tokens;
-        for (int64_t g = 0, t = 0; g < n_groups; ++g) {
-            const int64_t m = n_tokens / n_groups + (g < n_tokens % n_groups ? 1 : 0);
-            const uint8_t * x[k_decode_max_tokens];
-            for (int64_t i = 0; i < k_decode_max_tokens; ++i) x[i] = xq + static_cast<size_t>(t + (i < m ? i : 0)) * xq_row_bytes;
-            float * yt = y + t * y_stride;
-            // The next rows are fetched once, while the first group works.
-            const uint8_t * fetch = t == 0 ? next : nullptr;
-            if (m == 1) {
-                decode_group16<K, 1>(rows, fetch, x, nb, r0, yt, y_stride);
-            } else if (m == 2) {
-                decode_group16<K, 2>(rows, fetch, x, nb, r0, yt, y_stride);
-            } else if (m == 3) {
-                decode_group16<K, 3>(rows, fetch, x, nb, r0, yt, y_stride);
-            } else {
-                decode_group16<K, 4>(rows, fetch, x, nb, r0, yt, y_stride);
-            }
-            t += m;
+        switch (n_tokens) {
+            case 1: decode_group16<K, 1>(rows, next, x, nb, r0, y, y_stride); break;
+            case 2: decode_group16<K, 2>(rows, next, x, nb, r0, y, y_stride); break;
+            case 3: decode_group16<K, 3>(rows, next, x, nb, r0, y, y_stride); break;
+            case 4: decode_group16<K, 4>(rows, next, x, nb, r0, y, y_stride); break;
+            case 5: decode_group16<K, 5>(rows, next, x, nb, r0, y, y_stride); break;
+            case 6: decode_group16<K, 6>(rows, next, x, nb, r0, y, y_stride); break;
+            case 7: decode_group16<K, 7>(rows, next, x, nb, r0, y, y_stride); break;
+            default: decode_group16<K, 8>(rows, next, x, nb, r0, y, y_stride); break;
         }
     }
     if (r0 < n_rows) {
@@ -642,6 +641,7 @@ void run_pairs(const uint8_t * w, size_t w_row_bytes, int64_t n_rows, const uint
 // (BM_matmul, 2816x1024, one thread, Zen 5): 4 tokens 2x faster than a prefill group,
 // 8 tokens 1.1-1.6x (Q5_K even), 12 tokens mixed (Q4_K, Q5_K 1.2x slower).
 constexpr int64_t k_decode_max_batch_tokens = 8;
+static_assert(k_decode_max_batch_tokens <= k_decode_max_tokens, "the decode tile takes what the prefill groups leave in one group");
 // The fewest tokens a token group of the prefill tile takes: fewer go to the decode
 // tile, where a format has one.
 template <typename K>

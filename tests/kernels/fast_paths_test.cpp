@@ -150,7 +150,7 @@ TEST_P(path_per_type, MulTileOfAnyShapeEqualsVecDotBitwise) {
 }
 
 // Decode's tiles (1 to 3 tokens, and batched decode steps of up to 8, which the
-// AVX-512 path takes as even groups of up to 4 on each 16 rows, or for some formats
+// AVX-512 path takes as one group on each 16 rows, or for some formats
 // from 7 tokens as paired rows (run_pairs) where a row is at most one chunk of blocks
 // (4 super-blocks; 5 and 9 are past it); 9 tokens is a prefill group again; rows 16 at
 // a time and 32-value blocks in pairs): every block count from 1 (a lone block,
@@ -353,8 +353,8 @@ TEST_P(path_only, ExtremeCodesEqualTheScalarReferenceBitwise) {
                                                            << " row " << r;
                 }
             }
-            // Batched decode steps (the decode tile's groups of 2 to 4 tokens, two groups,
-            // the paired tile) and prefill tiles (every token lane of a 16-token group and
+            // Batched decode steps (the decode tile's groups of 2 to 8 tokens, the paired
+            // tile) and prefill tiles (every token lane of a 16-token group and
             // a pair of groups, 37 tokens): codes +127 and -127 alternating.
             const size_t x_row = xs[0].size();
             for (const int64_t n_tokens : {int64_t{2}, int64_t{3}, int64_t{4}, int64_t{6}, int64_t{8}, int64_t{37}}) {
